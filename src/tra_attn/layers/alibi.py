@@ -1,0 +1,21 @@
+"""ALiBi attention (Press, Smith, Lewis, ICLR 2022, arXiv 2108.12409).
+
+    out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D) - m_h (i - j)) v_j
+
+with the standard fixed geometric slopes m_h (not learned). Runs on PyTorch SDPA with a float bias.
+"""
+
+from __future__ import annotations
+
+from ..ops.alibi import alibi_attention, alibi_slopes
+from .base import Attention
+
+
+class ALiBiAttention(Attention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
+
+    def attend(self, x, q, k, v, cache):
+        k, v, _ = self.with_cache(cache, k, v)
+        return alibi_attention(q, k, v, self.slopes)

@@ -1,0 +1,54 @@
+"""Multi-head attention skeleton shared by every attention kind: projections, heads, KV cache."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from .cache import LayerCache
+
+
+class Attention(nn.Module):
+    """Bias-free Q/K/V projections, an output projection with bias, and an ``attend`` hook.
+
+    Subclasses implement ``attend(x, q, k, v, cache)`` on per-head tensors (B, H, S, Dh) of the new
+    positions; with a cache they append their keys/values to it and attend over all of them.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d = config.d_model
+        self.n_heads = config.n_heads
+        self.head_dim = config.head_dim
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=True)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        return x.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        q, k, v = (self.split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        out = self.attend(x, q, k, v, cache)
+        b, _, s, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+    def attend(self, x, q, k, v, cache: LayerCache | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def past_length(cache: LayerCache | None) -> int:
+        return 0 if cache is None else cache.length
+
+    @staticmethod
+    def with_cache(cache: LayerCache | None, k, v, **extras):
+        """All keys, values and extras: the cached ones followed by the new ones."""
+        if cache is None:
+            return k, v, extras
+        return cache.update(k, v, **extras)
+
+    def post_init(self, config: ModelConfig) -> None:
+        """Initialise parameters that the model's generic initialisation should not set."""

@@ -1,0 +1,26 @@
+"""CoPE attention: contextual position encoding (Golovneva et al. 2024, arXiv 2405.18719).
+
+    g_ij = sigmoid(q_i . k_j / sqrt(D)),  p_ij = min(sum_{l=j..i} g_il, npos_max - 1),
+    out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D) + interp_p(q_i . E[p_ij])) v_j
+
+with a learned position table E (head_dim x npos_max, zero-initialised, shared by the heads of a
+layer) and npos_max = ModelConfig.cope_max_pos. Materialises the (Sq, Sk) scores.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops.cope import cope_attention
+from .base import Attention
+
+
+class CoPEAttention(Attention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.pos_emb = nn.Parameter(torch.zeros(config.head_dim, config.cope_max_pos))
+
+    def attend(self, x, q, k, v, cache):
+        k, v, _ = self.with_cache(cache, k, v)
+        return cope_attention(q, k, v, self.pos_emb.to(q.dtype))

@@ -1,0 +1,29 @@
+"""RoPE attention: rotary position embedding on q and k (Su et al. 2021, arXiv 2104.09864).
+
+    out_i = sum_{j <= i} softmax_j(R(i) q_i . R(j) k_j / sqrt(D)) v_j,   R(p) rotates channel pairs
+                                                                           by p * base^(-2c/D)
+
+Keys are cached after rotation. Runs on PyTorch SDPA.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.causal import causal_sdpa
+from ..ops.rope import apply_rope, rope_angles
+from .base import Attention
+
+
+class RoPEAttention(Attention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.base = config.rope_base
+
+    def attend(self, x, q, k, v, cache):
+        start = self.past_length(cache)
+        positions = torch.arange(start, start + q.shape[-2], device=q.device)
+        cos, sin = rope_angles(positions, self.head_dim, self.base)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v, _ = self.with_cache(cache, k, v)
+        return causal_sdpa(q, k, v)

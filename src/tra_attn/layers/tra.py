@@ -1,0 +1,48 @@
+"""Threshold Relative Attention layer (Opper, Fernandez, Smolensky, Gao, TMLR 2025, arXiv 2503.23174).
+
+    q_i, k_j = RMSNorm(q_i), RMSNorm(k_j)          (per head, no affine weight)
+    s_ij     = q_i . k_j / sqrt(D),   kept iff j <= i and s_ij > threshold (0)
+    c_ij     = number of kept keys in [j, i]
+    g_i      = logsigmoid(w_h . x_i + b_h)          (per head, at the query position)
+    out_i    = sum over kept j of softmax_j(s_ij + g_i c_ij) v_j     (0 if nothing is kept)
+
+The authors' reference semantics; no other positional encoding. The normalisation bounds
+|s_ij| <= sqrt(D), which makes the threshold meaningful. The cache holds normalised keys.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.tra import threshold_relative_attention
+from .base import Attention
+from .norms import rms_normalize
+
+
+class TRAAttention(Attention):
+    """The canonical TRA layer: query-position gate, threshold from ModelConfig.tra_threshold."""
+
+    has_gate = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.eps = config.norm_eps
+        self.threshold = config.tra_threshold
+        self.impl = config.tra_impl
+        if self.has_gate:
+            self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
+
+    def post_init(self, config):
+        if self.has_gate:
+            nn.init.constant_(self.gate_proj.bias, config.gate_bias_init)
+
+    def log_gate(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, S) log forget gate, in fp32."""
+        return F.logsigmoid(self.gate_proj(x).float()).transpose(1, 2)
+
+    def attend(self, x, q, k, v, cache):
+        q, k = rms_normalize(q, self.eps), rms_normalize(k, self.eps)
+        k, v, _ = self.with_cache(cache, k, v)
+        return threshold_relative_attention(q, k, v, self.log_gate(x), threshold=self.threshold, impl=self.impl)

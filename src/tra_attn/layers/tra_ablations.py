@@ -1,0 +1,38 @@
+"""TRA ablations: each removes or moves one ingredient of the TRA layer (layers/tra.py).
+
+- ``tra_keygate``: the forget gate is taken at each kept key between j and i (FoX-style),
+  logits_ij = s_ij + sum over kept l in [j, i] of g_l. Materialised O(S^2) reference op.
+- ``tra_nothreshold``: no threshold; every causal key is kept, so c_ij = i - j + 1 and the bias is
+  g_i (i - j + 1): a data-dependent ALiBi.
+- ``tra_nodistance``: the threshold only, no distance term (NoPE plus selective sparsity).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.tra.key_gate import tra_key_gate_naive
+from .norms import rms_normalize
+from .tra import TRAAttention
+
+
+class TRAKeyGateAttention(TRAAttention):
+    def attend(self, x, q, k, v, cache):
+        q, k = rms_normalize(q, self.eps), rms_normalize(k, self.eps)
+        k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
+        scale = self.head_dim**-0.5
+        return tra_key_gate_naive(q, k, v, extras["log_gate"], scale, self.threshold)
+
+
+class TRANoThresholdAttention(TRAAttention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.threshold = float("-inf")
+
+
+class TRANoDistanceAttention(TRAAttention):
+    has_gate = False
+
+    def log_gate(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        return x.new_zeros((b, self.n_heads, s), dtype=torch.float32)

@@ -1,0 +1,46 @@
+"""ALiBi: attention with linear biases (Press, Smith, Lewis, ICLR 2022, arXiv 2108.12409).
+
+    logits_ij = scale * q_i . k_j - m_h * (i - j)   for j <= i,
+
+with fixed per-head slopes m_h forming a geometric sequence (2^(-8/H), 2^(-16/H), ...; for a head
+count that is not a power of two, the slopes of the next lower power of two followed by every other
+slope of the next higher one, as in the authors' ``get_slopes``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .causal import causal_mask, relative_distance
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """The standard geometric ALiBi slopes for ``n_heads`` heads, largest first."""
+
+    def power_of_two_slopes(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if n_heads <= 0:
+        raise ValueError(f"alibi_slopes: n_heads = {n_heads}; expected a positive integer")
+    if math.log2(n_heads).is_integer():
+        return torch.tensor(power_of_two_slopes(n_heads))
+    lower = 2 ** math.floor(math.log2(n_heads))
+    extra = power_of_two_slopes(2 * lower)[0::2][: n_heads - lower]
+    return torch.tensor(power_of_two_slopes(lower) + extra)
+
+
+def alibi_bias(slopes: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
+    """(H, Sq, Sk) additive bias: -m_h * (i - j) on visible keys, -inf on future keys."""
+    dist = relative_distance(sq, sk, slopes.device).to(slopes.dtype)
+    bias = -slopes[:, None, None] * dist
+    return bias.masked_fill(~causal_mask(sq, sk, slopes.device), float("-inf"))
+
+
+def alibi_attention(q, k, v, slopes: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,)."""
+    bias = alibi_bias(slopes.to(q.dtype), q.shape[-2], k.shape[-2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

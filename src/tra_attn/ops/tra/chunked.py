@@ -1,0 +1,186 @@
+"""Chunked Threshold Relative Attention in PyTorch: O(S * block + S * D) memory, hand-written backward.
+
+Keys are walked in blocks from the diagonal leftwards. Each block is scored against every query
+that can see it (a "strip" of shape (rows, block)), and each row carries the number of kept keys
+already seen to its right, so the contextual distance of a key is
+
+    c_ij = carry_i + (kept keys of row i inside the block at or right of j).
+
+Inside a strip the key block is stored reversed, which turns that in-block reverse count into a
+plain cumulative sum. The softmax is accumulated online (running max, normaliser and output), the
+forward saves the log-sum-exp per row (+inf for rows with no kept key) and the backward recomputes
+each strip once, producing the complete dK/dV of its key block. See kernels.md sections 2-3.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .naive import compute_dtype
+
+_NEG_INF = float("-inf")
+# Dropped scores get this bias instead of -inf: masked_fill/where are several times slower than
+# arithmetic on CPU, and exp(-inf) takes a slow path. Kept logits are untouched.
+_DROP = 1e30
+# exp() of inputs below about -87 (fp32) takes a slow path (about 30x). Shifted logits are clamped
+# into [floor, 80] first: weights below exp(floor) relative to the row maximum are negligible,
+# dropped entries are zeroed exactly by the keep mask afterwards, and the upper clamp only ever
+# touches dropped entries (kept logits never exceed the row's log-sum-exp).
+_EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
+_EXP_CEIL = 80.0
+
+
+class _Workspace:
+    """Flat scratch buffers reused by every strip: repeated large allocations page-fault on CPU."""
+
+    def __init__(self, n_buffers: int, numel: int, like: torch.Tensor):
+        self.buffers = [torch.empty(numel, dtype=like.dtype, device=like.device) for _ in range(n_buffers)]
+
+    def get(self, index: int, shape: tuple[int, ...]) -> torch.Tensor:
+        numel = shape[0] * shape[1] * shape[2]
+        return self.buffers[index][:numel].view(shape)
+
+
+class _Strip:
+    """Per-block geometry: which query rows see key block [j0, j1), and its causal mask."""
+
+    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype: torch.dtype, device: torch.device):
+        offset = sk - sq  # query row r sits at absolute position offset + r
+        self.r0 = max(0, j0 - offset)  # first row that can see the block
+        # Rows whose position is below j1 - 1 see only part of the block (the diagonal tile).
+        n_diag = min(sq, j1 - 1 - offset) - self.r0
+        self.visible = None
+        if n_diag > 0:
+            rows = offset + self.r0 + torch.arange(n_diag, device=device)
+            reversed_cols = torch.arange(j1 - j0, device=device)  # column t holds key j1 - 1 - t
+            self.visible = (reversed_cols[None, :] >= (j1 - 1 - rows)[:, None]).to(dtype)
+
+    def logits(self, q_scaled, k_rev, log_gate, threshold, carry, ws: _Workspace):
+        """Logits s + g * c, the keep mask (0/1) and the count c of this strip, in ws buffers 0-2.
+
+        Key columns are in reversed order, so the in-block reverse count is a cumulative sum.
+        Updates ``carry`` (the kept keys right of the block) in place. Dropped entries hold
+        arbitrary finite logits; callers mask them.
+        """
+        r0 = self.r0
+        q_rows = q_scaled[:, r0:]
+        shape = (q_rows.shape[0], q_rows.shape[1], k_rev.shape[1])
+        logits = torch.matmul(q_rows, k_rev.transpose(-1, -2), out=ws.get(0, shape))
+        keep = torch.gt(logits, threshold, out=ws.get(1, shape))
+        if self.visible is not None:
+            keep[:, : self.visible.shape[0]].mul_(self.visible)
+        count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:, None])
+        carry[:, r0:] = count[..., -1]
+        logits.addcmul_(log_gate[:, r0:, None], count)
+        return logits, keep, count
+
+
+def _blocks(sk: int, block: int):
+    """Key blocks [j0, j1), right to left."""
+    if sk == 0:
+        return
+    for j0 in range(((sk - 1) // block) * block, -1, -block):
+        yield j0, min(j0 + block, sk)
+
+
+def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """exp(shifted) on kept entries, exactly 0 elsewhere (in place on ``shifted``)."""
+    return shifted.clamp_(_EXP_FLOOR[shifted.dtype], _EXP_CEIL).exp_().mul_(keep)
+
+
+class ChunkedTRA(torch.autograd.Function):
+    """Autograd function over flattened (N = B * H) inputs in the compute dtype."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int):
+        n, sq, d = q.shape
+        sk = k.shape[1]
+        dt = q.dtype
+        q_scaled = q * scale
+        m = torch.full((n, sq), _NEG_INF, dtype=dt, device=q.device)
+        norm = torch.zeros((n, sq), dtype=dt, device=q.device)
+        acc = torch.zeros((n, sq, d), dtype=dt, device=q.device)
+        carry = torch.zeros((n, sq), dtype=dt, device=q.device)
+        ws = _Workspace(4, n * sq * min(block, sk), q)
+        for j0, j1 in _blocks(sk, block):
+            strip = _Strip(j0, j1, sq, sk, dt, q.device)
+            r0 = strip.r0
+            k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
+            logits, keep, _ = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws)
+            # Row maximum over kept entries only: dropped entries get -_DROP added.
+            drop_bias = torch.mul(keep, _DROP, out=ws.get(3, logits.shape)).sub_(_DROP)
+            block_max = logits.add_(drop_bias).amax(-1)
+            block_max.masked_fill_(block_max < -_DROP / 2, _NEG_INF)
+            m_old = m[:, r0:]
+            m_new = torch.maximum(m_old, block_max)
+            m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)
+            alpha = torch.exp(m_old - m_safe)
+            p = _masked_exp(logits.sub_(m_safe[..., None]), keep)
+            norm[:, r0:].mul_(alpha).add_(p.sum(-1))
+            acc[:, r0:].mul_(alpha[..., None]).baddbmm_(p, v_rev)
+            m_old.copy_(m_new)
+        has_key = norm > 0
+        safe_norm = torch.where(has_key, norm, 1.0)
+        out = acc.div_(safe_norm[..., None])
+        lse = torch.where(has_key, m + torch.log(safe_norm), float("inf"))
+        ctx.save_for_backward(q, k, v, log_gate, out, lse)
+        ctx.scale, ctx.threshold, ctx.block = scale, threshold, block
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, log_gate, out, lse = ctx.saved_tensors
+        scale, threshold, block = ctx.scale, ctx.threshold, ctx.block
+        n, sq, _ = q.shape
+        sk = k.shape[1]
+        grad_out = grad_out.to(q.dtype)
+        q_scaled = q * scale
+        delta = (grad_out * out).sum(-1)  # D_i = dO_i . O_i
+        dq = torch.zeros_like(q)
+        dk = torch.zeros_like(k)
+        dv = torch.zeros_like(v)
+        dgate = torch.zeros_like(log_gate)
+        carry = torch.zeros_like(log_gate)
+        ws = _Workspace(4, n * sq * min(block, sk), q)
+        for j0, j1 in _blocks(sk, block):
+            strip = _Strip(j0, j1, sq, sk, q.dtype, q.device)
+            r0 = strip.r0
+            k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
+            logits, keep, count = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws)
+            # lse = +inf on rows with no kept key, so their weights are exactly 0 as well.
+            p = _masked_exp(logits.sub_(lse[:, r0:, None]), keep)
+            go = grad_out[:, r0:]
+            dp = torch.matmul(go, v_rev.transpose(-1, -2), out=ws.get(3, p.shape))
+            dlogits = dp.sub_(delta[:, r0:, None]).mul_(p)
+            dq[:, r0:].baddbmm_(dlogits, k_rev)
+            dk[:, j0:j1] = torch.matmul(dlogits.transpose(-1, -2), q_scaled[:, r0:]).flip(1)
+            dv[:, j0:j1] = torch.matmul(p.transpose(-1, -2), go).flip(1)
+            dgate[:, r0:] += torch.einsum("nrt,nrt->nr", dlogits, count)
+        return dq.mul_(scale), dk, dv, dgate, None, None, None
+
+
+def default_block_size(sq: int, sk: int) -> int:
+    """Key-block width. 64 was fastest on a 2-core CPU at S = 1k-8k (benchmarks/attention.py);
+    with few query rows (decoding, short chunks) one wide block amortises the Python overhead."""
+    if sq <= 64:
+        return min(max(sk, 1), 2048)
+    return 64
+
+
+def tra_chunked(q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None):
+    """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+    b, h, sq, d = q.shape
+    sk = k.shape[2]
+    cdt = compute_dtype(q.dtype)
+    block = block_size or default_block_size(sq, sk)
+    out = ChunkedTRA.apply(
+        q.reshape(b * h, sq, d).to(cdt),
+        k.reshape(b * h, sk, d).to(cdt),
+        v.reshape(b * h, sk, v.shape[-1]).to(cdt),
+        log_gate.reshape(b * h, sq).to(cdt),
+        float(scale),
+        float(threshold),
+        int(block),
+    )
+    return out.reshape(b, h, sq, v.shape[-1]).to(q.dtype)

@@ -1,0 +1,80 @@
+"""Public entry point of the TRA op: input validation and choice of implementation."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .chunked import tra_chunked
+from .naive import tra_naive
+
+IMPLS = ("auto", "naive", "chunked")
+_FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _fail(argument: str, value, expected: str):
+    raise ValueError(f"threshold_relative_attention: {argument} = {value}; expected {expected}")
+
+
+def validate_inputs(q, k, v, log_gate, scale, threshold, impl) -> None:
+    """Raise ValueError naming the argument, its value and what was expected."""
+    for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
+        if not isinstance(t, torch.Tensor):
+            _fail(name, type(t).__name__, "a torch.Tensor")
+        if t.dim() != rank:
+            _fail(f"{name}.shape", tuple(t.shape), f"a {rank}-d tensor")
+        if t.dtype not in _FLOAT_DTYPES:
+            _fail(f"{name}.dtype", t.dtype, "one of float64, float32, bfloat16, float16")
+    b, h, sq, d = q.shape
+    if k.shape[:2] != (b, h) or k.shape[3] != d:
+        _fail("k.shape", tuple(k.shape), f"(B, H, Sk, D) = ({b}, {h}, Sk, {d}) to match q {tuple(q.shape)}")
+    if v.shape != k.shape:
+        _fail("v.shape", tuple(v.shape), f"the shape of k {tuple(k.shape)}")
+    if log_gate.shape != (b, h, sq):
+        _fail("log_gate.shape", tuple(log_gate.shape), f"(B, H, Sq) = {(b, h, sq)}")
+    if sq > k.shape[2]:
+        _fail("Sq", sq, f"Sq <= Sk = {k.shape[2]} (queries are the last Sq key positions)")
+    if len({t.device for t in (q, k, v, log_gate)}) != 1:
+        _fail("devices", [str(t.device) for t in (q, k, v, log_gate)], "all inputs on one device")
+    if len({t.dtype for t in (q, k, v)}) != 1:
+        _fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        _fail("scale", scale, "None or a finite positive number")
+    if not isinstance(threshold, (int, float)) or math.isnan(threshold) or threshold == math.inf:
+        _fail("threshold", threshold, "a number (float('-inf') keeps every causal key)")
+    if impl not in IMPLS:
+        _fail("impl", repr(impl), f"one of {IMPLS}")
+    if log_gate.numel() and bool((log_gate > 0).any()):
+        _fail("log_gate", f"max {log_gate.max().item():.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
+
+
+def threshold_relative_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_gate: torch.Tensor,
+    *,
+    scale: float | None = None,
+    threshold: float = 0.0,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
+
+    Args:
+        q: (B, H, Sq, D) queries; they sit at the last Sq of the Sk key positions.
+        k, v: (B, H, Sk, D) keys and values, Sq <= Sk.
+        log_gate: (B, H, Sq) per-query log forget gate, values <= 0.
+        scale: score scale; 1/sqrt(D) by default.
+        threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold.
+        impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), or "auto".
+
+    Returns:
+        (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
+        counts the kept keys in [j, i]; a query with no kept key outputs exactly 0.
+    """
+    validate_inputs(q, k, v, log_gate, scale, threshold, impl)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if impl == "naive":
+        return tra_naive(q, k, v, log_gate, scale, float(threshold))
+    return tra_chunked(q, k, v, log_gate, scale, float(threshold))

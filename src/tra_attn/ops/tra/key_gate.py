@@ -1,0 +1,23 @@
+"""TRA ablation with the forget gate taken at the key position (FoX-style), materialised.
+
+    logits_ij = s_ij + sum over kept l in [j, i] of log_gate_l      (kept j only)
+
+Each kept key between j and i contributes its own log gate instead of the query's. With a
+constant gate this equals TRA exactly. O(Sq * Sk) memory; meant for ablations at moderate length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .naive import compute_dtype, keep_mask, masked_softmax, reverse_cumsum
+
+
+def tra_key_gate_naive(q, k, v, key_log_gate: torch.Tensor, scale: float, threshold: float) -> torch.Tensor:
+    """q (B,H,Sq,D), k/v (B,H,Sk,D), key_log_gate (B,H,Sk) <= 0; returns (B,H,Sq,D)."""
+    cdt = compute_dtype(q.dtype)
+    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+    scores = scale * (qc @ kc.transpose(-1, -2))
+    keep = keep_mask(scores, threshold)
+    distance = reverse_cumsum(keep.to(cdt) * key_log_gate.to(cdt)[..., None, :])
+    return (masked_softmax(scores + distance, keep) @ vc).to(q.dtype)

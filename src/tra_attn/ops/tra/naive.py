@@ -1,0 +1,58 @@
+"""Materialised reference implementation of Threshold Relative Attention (O(Sq * Sk) memory).
+
+Written for clarity, not speed: every fast path is tested against this function. Autograd
+provides its backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..causal import causal_mask
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Accumulation dtype: fp64 for fp64 inputs, fp32 for everything else."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def keep_mask(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Key j is kept for query i iff j <= i and s_ij > threshold (scores: (..., Sq, Sk))."""
+    sq, sk = scores.shape[-2:]
+    return causal_mask(sq, sk, scores.device) & (scores > threshold)
+
+
+def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """out_ij = sum_{l >= j} x_il along the last dimension."""
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+def keep_and_count(scores: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep mask and contextual distance c_ij = number of kept keys l with j <= l <= i."""
+    keep = keep_mask(scores, threshold)
+    return keep, reverse_cumsum(keep.long())
+
+
+def masked_softmax(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Softmax over kept entries; rows with no kept entry get all-zero weights (and zero gradient)."""
+    has_key = keep.any(-1, keepdim=True)
+    masked = torch.where(keep, logits, float("-inf"))
+    # Rows with no kept key would softmax to NaN: give them finite logits, then zero their weights.
+    return torch.softmax(torch.where(has_key, masked, 0.0), dim=-1) * keep
+
+
+def tra_naive(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_gate: torch.Tensor,
+    scale: float,
+    threshold: float,
+) -> torch.Tensor:
+    """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see DESIGN.md section 1."""
+    cdt = compute_dtype(q.dtype)
+    qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
+    scores = scale * (qc @ kc.transpose(-1, -2))
+    keep, count = keep_and_count(scores, threshold)
+    logits = scores + gc[..., None] * count.to(cdt)
+    return (masked_softmax(logits, keep) @ vc).to(q.dtype)

@@ -1,0 +1,25 @@
+"""Atomic file writes: write to a temporary file in the same directory, then rename over the target."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp_path)``, then atomically replace ``path``; on failure ``path`` is untouched."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
