@@ -13,21 +13,31 @@ sigmoid replaced by the hard step [s_ij > threshold].
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .causal import causal_mask
 
 
 def contextual_positions(gates: torch.Tensor) -> torch.Tensor:
-    """p_ij = sum_{l=j..i} gates_il: the reverse cumulative sum over keys (future gates must be 0)."""
-    return gates.flip(-1).cumsum(-1).flip(-1)
+    """p_ij = sum_{l=j..i} gates_il: the reverse cumulative sum over keys (future gates must be 0).
+
+    Written as total - prefix + own gate, which avoids two flipped copies of an (Sq, Sk) tensor.
+    """
+    prefix = gates.cumsum(-1)
+    return prefix[..., -1:] - prefix + gates
 
 
 def interpolated_position_logits(q: torch.Tensor, pos: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
-    """Linear interpolation of q_i . E[p] between the integer positions around p = pos_ij."""
+    """Linear interpolation of q_i . E[p] between the integer positions floor(p) and floor(p) + 1.
+
+    Equals CoPE's ``w * logits[ceil(p)] + (1 - w) * logits[floor(p)]`` with w = p - floor(p), using a
+    single index tensor: logits[floor] + w * (logits[floor + 1] - logits[floor]).
+    """
     table = q @ pos_emb  # (B, H, Sq, npos_max): logits at every integer position
-    lo, hi = pos.floor().long(), pos.ceil().long()
-    w = pos - lo.to(pos.dtype)
-    return table.gather(-1, hi) * w + table.gather(-1, lo) * (1 - w)
+    step = F.pad(table[..., 1:] - table[..., :-1], (0, 1))  # 0 after the last position
+    low = pos.detach().floor()
+    index = low.long()
+    return table.gather(-1, index) + (pos - low) * step.gather(-1, index)
 
 
 def cope_attention(q, k, v, pos_emb: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -35,9 +45,8 @@ def cope_attention(q, k, v, pos_emb: torch.Tensor, scale: float | None = None) -
     sq, sk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = d**-0.5 if scale is None else scale
     visible = causal_mask(sq, sk, q.device)
-    scores = scale * (q @ k.transpose(-1, -2))
+    scores = (q * scale) @ k.transpose(-1, -2)
     gates = torch.sigmoid(scores) * visible
     pos = contextual_positions(gates).clamp(max=pos_emb.shape[-1] - 1)
-    logits = scores + interpolated_position_logits(q, pos, pos_emb)
-    weights = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
-    return weights @ v
+    logits = (scores + interpolated_position_logits(q, pos, pos_emb)).masked_fill(~visible, float("-inf"))
+    return torch.softmax(logits, dim=-1) @ v

@@ -1,0 +1,83 @@
+"""Training checkpoints: a directory per step, committed by an atomic rename.
+
+``run/checkpoints/step_0000500/`` holds config.json + model.safetensors (``save_pretrained``),
+train_config.json and train_state.pt (optimizer state, RNG state, step). A checkpoint is written to
+a hidden temporary directory first and renamed into place only when complete, so a crash or Ctrl-C
+never leaves a half-written checkpoint that ``latest_checkpoint`` would pick up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .model import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
+
+TRAIN_CONFIG_NAME = "train_config.json"
+TRAIN_STATE_NAME = "train_state.pt"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def save_checkpoint(run_dir: Path, step: int, model: TransformerLM, train_config: dict, state: dict, keep: int = 2):
+    """Write checkpoint ``step`` atomically, then delete all but the newest ``keep`` checkpoints."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:07d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    try:
+        model.save_pretrained(tmp)
+        (tmp / TRAIN_CONFIG_NAME).write_text(json.dumps(train_config, indent=2, sort_keys=True))
+        torch.save(state, tmp / TRAIN_STATE_NAME)
+        if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint directories of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory, or a run directory (its newest checkpoint); clear error otherwise."""
+    path = Path(path)
+    if (path / CONFIG_NAME).is_file() and (path / WEIGHTS_NAME).is_file():
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise ValueError(
+            f"checkpoint {path} not found; expected a checkpoint directory ({CONFIG_NAME} + {WEIGHTS_NAME}) "
+            f"or a run directory with checkpoints/step_*/"
+        )
+    return latest
+
+
+def load_train_state(checkpoint: Path) -> tuple[dict, dict]:
+    """(train_config dict, train_state dict) of a checkpoint; ValueError if missing or corrupt."""
+    checkpoint = Path(checkpoint)
+    try:
+        config = json.loads((checkpoint / TRAIN_CONFIG_NAME).read_text())
+        state = torch.load(checkpoint / TRAIN_STATE_NAME, map_location="cpu", weights_only=True)
+    except (OSError, json.JSONDecodeError, RuntimeError, EOFError) as err:
+        raise ValueError(f"checkpoint {checkpoint} is missing or corrupt training state ({err})") from err
+    return config, state

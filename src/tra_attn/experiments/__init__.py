@@ -1,0 +1,1 @@
+"""End-to-end experiments built from the task, model, training and evaluation pieces."""

@@ -1,0 +1,219 @@
+"""The flip-flop comparison: TRA, its ablations and every baseline on the same data, seeds and budget.
+
+For each method, each learning rate and each seed: train, then evaluate on IID FFL(0.8), sparse
+FFL(0.98) and dense FFL(0.1) at the training length and on IID sequences 2x, 4x and 8x longer.
+With several learning rates, each method keeps the one with the best validation (IID, held-out)
+full-sequence accuracy, ties broken by validation loss; the test splits play no part in the
+choice. Finished runs are skipped and unfinished ones resume from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..checkpoint import latest_checkpoint, load_train_state
+from ..config import ModelConfig
+from ..evaluate import evaluate_checkpoint
+from ..layers import ATTENTION_LAYERS
+from ..train import TrainConfig, train
+from ..utils.atomic import atomic_write_text
+from ..utils.jsonl import read_jsonl
+
+METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope", "tra_keygate", "tra_nothreshold", "tra_nodistance")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model size, training recipe, learning rate per method, seeds and test-set size."""
+
+    model: dict
+    train: dict
+    lrs: dict[str, float]
+    seeds: tuple[int, ...]
+    eval_sequences: int
+    description: str
+    sweep_lrs: tuple[float, ...] = field(default=())
+
+
+PRESETS = {
+    # Learning rates per method: the selection of `tra flipflop --lrs 3e-4 1e-3 3e-3 --seeds 0
+    # --out results/flipflop_cpu_sweep` (results/flipflop_cpu_sweep/results.md).
+    "cpu": Preset(
+        model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
+        train=dict(
+            length=128,
+            steps=800,
+            batch_size=64,
+            warmup_steps=50,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            eval_every=100,
+            eval_sequences=512,
+            checkpoint_every=200,
+        ),
+        lrs={method: 1e-3 for method in METHODS},
+        seeds=(0,),
+        eval_sequences=1000,
+        description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64; about 5 CPU minutes per run",
+        sweep_lrs=(3e-4, 1e-3, 3e-3),
+    ),
+    # A smoke test of the whole pipeline: seconds on a CPU, no meaningful accuracy.
+    "tiny": Preset(
+        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
+        train=dict(
+            length=16,
+            steps=20,
+            batch_size=8,
+            warmup_steps=2,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            eval_every=10,
+            eval_sequences=32,
+            checkpoint_every=10,
+        ),
+        lrs={method: 3e-3 for method in METHODS},
+        seeds=(0,),
+        eval_sequences=64,
+        description="smoke test (1 layer, d_model 16, 16-token sequences, 20 steps)",
+    ),
+    # DESIGN.md section 4: the TRA authors' notebook recipe (a GPU job).
+    "paper": Preset(
+        model=dict(d_model=256, n_layers=4, n_heads=4, block_style="paper", dropout=0.01, cope_max_pos=512),
+        train=dict(
+            length=512,
+            steps=25_000,
+            batch_size=64,
+            warmup_steps=0,
+            weight_decay=0.01,
+            grad_clip=0.0,
+            eval_every=1000,
+            eval_sequences=1000,
+            checkpoint_every=1000,
+        ),
+        lrs={method: 1e-4 for method in METHODS},
+        seeds=(0, 1, 2, 3),
+        eval_sequences=4000,
+        description="4 layers, d_model 256, 4 heads; 512-token FFL(0.8), batch 64, 25,000 steps, AdamW 1e-4",
+    ),
+}
+
+
+def check_methods(methods) -> list[str]:
+    unknown = [m for m in methods if m not in ATTENTION_LAYERS]
+    if unknown:
+        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {sorted(ATTENTION_LAYERS)}")
+    return list(methods)
+
+
+def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | None, device: str) -> TrainConfig:
+    model = ModelConfig(vocab_size=6, attention=method, **preset.model)
+    train_args = dict(preset.train)
+    if steps is not None:
+        train_args["steps"] = steps
+        train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
+    return TrainConfig(model=model, lr=lr, seed=seed, device=device, **train_args)
+
+
+def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
+    return out / "runs" / method / f"lr{lr:g}-seed{seed}"
+
+
+def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress: bool) -> list[dict]:
+    """Train and evaluate one run, or return its saved rows if it already finished with this config."""
+    rows_path = directory / "eval.jsonl"
+    saved = directory / "train_config.json"
+    if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
+        raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
+    if rows_path.is_file():
+        return read_jsonl(rows_path)
+    checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
+    _, state = load_train_state(checkpoint)
+    rows = evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
+    validation = [r for r in read_jsonl(directory / "metrics.jsonl") if "val_full_seq_acc" in r][-1]
+    extra = {"lr": config.lr}
+    rows = [{**r, **extra} for r in rows] + [
+        {
+            "task": "flipflop",
+            "split": "validation",
+            "length": config.length,
+            "method": config.model.attention,
+            "seed": config.seed,
+            "metric": name,
+            "value": value,
+            "lr": config.lr,
+            "config": config.to_dict(),
+            "commit": rows[0]["commit"],
+        }
+        for name, value in (
+            ("full_seq_acc", validation["val_full_seq_acc"]),
+            ("loss", validation["val_loss"]),
+            ("train_seconds", state["train_seconds"]),
+        )
+    ]
+    atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def select_lrs(rows: list[dict]) -> dict[str, float]:
+    """Per method, the learning rate with the best mean validation accuracy (then lowest loss)."""
+    scores: dict[tuple[str, float], list[tuple[float, float]]] = defaultdict(list)
+    by_run = defaultdict(dict)
+    for r in rows:
+        if r["split"] == "validation" and r["metric"] in ("full_seq_acc", "loss"):
+            by_run[(r["method"], r["lr"], r["seed"])][r["metric"]] = r["value"]
+    for (method, lr, _), m in by_run.items():
+        scores[(method, lr)].append((m["full_seq_acc"], -m["loss"]))
+    best: dict[str, tuple[tuple[float, float], float]] = {}
+    for (method, lr), values in scores.items():
+        mean = (sum(v[0] for v in values) / len(values), sum(v[1] for v in values) / len(values))
+        mean = tuple(-math.inf if math.isnan(x) else x for x in mean)
+        if method not in best or mean > best[method][0]:
+            best[method] = (mean, lr)
+    return {method: lr for method, (_, lr) in best.items()}
+
+
+def run_flipflop(
+    preset_name: str = "cpu",
+    methods=None,
+    seeds=None,
+    steps: int | None = None,
+    lrs: list[float] | None = None,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    command: str = "",
+) -> Path:
+    """Run (or finish) the comparison and write results.jsonl, results.md and accuracy.png to ``out``."""
+    from ..report import write_flipflop_report
+
+    if preset_name not in PRESETS:
+        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(PRESETS)}")
+    preset = PRESETS[preset_name]
+    methods = check_methods(methods or METHODS)
+    seeds = list(preset.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("--seeds: expected at least one seed")
+    if steps is not None and steps <= 0:
+        raise ValueError(f"--steps = {steps}; expected a positive integer")
+    out = Path(out or f"runs/flipflop_{preset_name}")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for method in methods:
+        for lr in lrs or [preset.lrs[method]]:
+            for seed in seeds:
+                config = run_config(preset, method, lr, seed, steps, device)
+                directory = run_dir(out, method, lr, seed)
+                print(f"[flipflop] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
+                rows += run_one(config, directory, preset.eval_sequences, progress)
+    selected = select_lrs(rows)
+    results = [r for r in rows if r["lr"] == selected[r["method"]]]
+    atomic_write_text(out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
+    if lrs and len(lrs) > 1:
+        atomic_write_text(out / "sweep.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
+    write_flipflop_report(out, command=command, preset=f"{preset_name}: {preset.description}")
+    return out

@@ -1,0 +1,240 @@
+"""Tables and plots from result rows (JSONL): nothing here trains or evaluates a model.
+
+``tra report DIR`` rebuilds DIR/results.md and DIR/accuracy.png from DIR/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics as stats
+from collections import defaultdict
+from pathlib import Path
+
+from .utils.atomic import atomic_write, atomic_write_text
+from .utils.jsonl import read_jsonl
+
+METHOD_ORDER = ("tra", "tra_keygate", "tra_nothreshold", "tra_nodistance", "nope", "rope", "alibi", "fox", "cope")
+METHOD_LABELS = {
+    "tra": "TRA",
+    "tra_keygate": "TRA, gate at key",
+    "tra_nothreshold": "TRA, no threshold",
+    "tra_nodistance": "TRA, no distance",
+    "nope": "NoPE",
+    "rope": "RoPE",
+    "alibi": "ALiBi",
+    "fox": "FoX",
+    "cope": "CoPE",
+}
+METHOD_COLORS = {
+    "tra": "#d62728",
+    "tra_keygate": "#ff9896",
+    "tra_nothreshold": "#e377c2",
+    "tra_nodistance": "#8c564b",
+    "nope": "#7f7f7f",
+    "rope": "#1f77b4",
+    "alibi": "#2ca02c",
+    "fox": "#ff7f0e",
+    "cope": "#9467bd",
+}
+
+
+def ordered(methods) -> list[str]:
+    known = [m for m in METHOD_ORDER if m in methods]
+    return known + sorted(set(methods) - set(known))
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan, math.nan
+    return stats.fmean(values), (stats.stdev(values) if len(values) > 1 else 0.0)
+
+
+def fmt(values: list[float], digits: int = 3) -> str:
+    mean, std = mean_std(values)
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
+    """(column title, split, length): IID/sparse/dense at the training length, then longer IID lengths."""
+    train_length = min(r["config"]["length"] for r in rows)
+    cols = [(f"{split} ({train_length})", split, train_length) for split in ("iid", "sparse", "dense")]
+    longer = sorted({r["length"] for r in rows if r["split"] == "iid" and r["length"] > train_length})
+    return cols + [(f"iid {n // train_length}x ({n})", "iid", n) for n in longer]
+
+
+def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
+    table = defaultdict(list)
+    for r in rows:
+        if r["metric"] == metric:
+            table[(r["method"], r["split"], r["length"])].append(r["value"])
+    return table
+
+
+def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
+    cols = flipflop_columns(rows)
+    values = collect(rows, metric)
+    seconds = collect(rows, "train_seconds")
+    lr = {r["method"]: r["lr"] for r in rows}
+    seeds = defaultdict(set)
+    for r in rows:
+        seeds[r["method"]].add(r["seed"])
+    header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train min"] if with_time else [])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in ordered({r["method"] for r in rows}):
+        cells = [METHOD_LABELS.get(method, method), f"{lr[method]:g}", str(len(seeds[method]))]
+        cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
+        if with_time:
+            cells.append(fmt([s / 60 for s in seconds[(method, "validation", cols[0][2])]], 1))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def data_statistics_table(rows: list[dict]) -> list[str]:
+    """Reads per sequence and write-to-read gaps of every test split (regenerated from its seed)."""
+    from .evaluate import flipflop_test_sets
+    from .tasks.flipflop import statistics
+
+    train_length = min(r["config"]["length"] for r in rows)
+    sequences = max(int(r["value"]) for r in rows if r["metric"] == "sequences")
+    lines = [
+        "| split | p_ignore | length | sequences | reads / sequence | mean gap (tokens) | max gap (tokens) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for split, p, batch in flipflop_test_sets(train_length, sequences):
+        s = statistics(batch)
+        lines.append(
+            f"| {split} | {p} | {s['length']} | {s['sequences']} | {s['reads_per_sequence']:.1f} | "
+            f"{s['mean_gap']:.1f} | {s['max_gap']:.0f} |"
+        )
+    return lines
+
+
+def sweep_table(sweep: list[dict], selected: dict[str, float]) -> list[str]:
+    by_lr = defaultdict(dict)
+    for r in sweep:
+        if r["split"] == "validation" and r["metric"] == "full_seq_acc":
+            by_lr[r["method"]].setdefault(r["lr"], []).append(r["value"])
+    lrs = sorted({r["lr"] for r in sweep})
+    lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
+    for method in ordered(by_lr):
+        cells = [fmt(by_lr[method].get(lr, [])) for lr in lrs]
+        lines.append(f"| {METHOD_LABELS.get(method, method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
+    return lines
+
+
+def plot_flipflop(rows: list[dict], path: Path) -> None:
+    """Left: full-sequence accuracy per split; right: accuracy against length. Mean and std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = flipflop_columns(rows)
+    values = collect(rows, "full_seq_acc")
+    methods = ordered({r["method"] for r in rows})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.8 / len(methods)
+    for i, method in enumerate(methods):
+        color = METHOD_COLORS.get(method)
+        label = METHOD_LABELS.get(method, method)
+        split_stats = [mean_std(values[(method, s, n)]) for _, s, n in cols[:3]]
+        left.bar(
+            [j + (i - (len(methods) - 1) / 2) * width for j in range(3)],
+            [m for m, _ in split_stats],
+            width,
+            yerr=[s for _, s in split_stats],
+            color=color,
+            label=label,
+            capsize=2,
+        )
+        length_cols = [(n, mean_std(values[(method, "iid", n)])) for _, s, n in cols if s == "iid"]
+        right.errorbar(
+            [n for n, _ in length_cols],
+            [m for _, (m, _) in length_cols],
+            yerr=[s for _, (_, s) in length_cols],
+            color=color,
+            marker="o",
+            label=label,
+            capsize=2,
+        )
+    left.set_xticks(range(3), [c[0] for c in cols[:3]])
+    left.set_ylabel("full-sequence accuracy")
+    left.set_ylim(0, 1.02)
+    left.set_title("Flip-flop splits at the training length")
+    train_length = cols[0][2]
+    right.axvline(train_length, color="k", linestyle="--", linewidth=1)
+    right.set_xscale("log", base=2)
+    right.set_xlabel("test sequence length (tokens); dashed: training length")
+    right.set_ylim(0, 1.02)
+    right.set_title("IID FFL(0.8) at longer lengths")
+    left.legend(fontsize=8, ncol=3, loc="lower left")
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+
+
+def write_flipflop_report(
+    out: str | Path,
+    command: str = "",
+    preset: str = "",
+    notes: str | Path | None = None,
+    markdown: str | Path | None = None,
+) -> Path:
+    """Build results.md (or ``markdown``) and accuracy.png in ``out`` from out/results.jsonl."""
+    out = Path(out)
+    rows = read_jsonl(out / "results.jsonl")
+    if not rows:
+        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra flipflop --out {out}` first")
+    markdown = Path(markdown) if markdown else out / "results.md"
+    plot = out / "accuracy.png"
+    plot_flipflop(rows, plot)
+    config = rows[0]["config"]
+    commits = sorted({r["commit"] for r in rows})
+    lines = ["# Flip-flop language modelling: TRA, ablations and baselines", ""]
+    if command:
+        lines += [f"Command: `{command}`  "]
+    lines += [
+        f"Regenerate this page from the rows: `tra report {out}`  ",
+        f"Code: commit {', '.join(commits)}  ",
+        f"Preset: {preset}" if preset else "",
+        "",
+        f"Model: {config['model']['n_layers']} layers, d_model {config['model']['d_model']}, "
+        f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
+        f"training: {config['steps']} steps of batch {config['batch_size']} on {config['length']}-token "
+        f"FFL({config['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), cosine schedule "
+        f"with {config['warmup_steps']} warm-up steps, gradient clipping {config['grad_clip'] or 'off'}. "
+        "Every method shares the model, data, seeds and step budget; only the attention differs. The learning "
+        "rate per method was chosen on a held-out IID validation set, never on the test splits.",
+        "",
+        "## Full-sequence accuracy (mean ± std over seeds)",
+        "",
+        "A sequence counts only if every read bit is predicted correctly. Test sets are shared by all methods "
+        "and seeds; every test sequence ends with a read; longer splits hold fewer sequences, with the same "
+        "number of tokens as the training-length splits (see Test data).",
+        "",
+        *markdown_table(rows, "full_seq_acc", with_time=True),
+        "",
+        f"![accuracy per split and per length]({os.path.relpath(plot, markdown.parent)})",
+        "",
+        "## Per-read accuracy",
+        "",
+        *markdown_table(rows, "read_acc", with_time=False),
+        "",
+        "## Test data",
+        "",
+        *data_statistics_table(rows),
+        "",
+    ]
+    sweep = read_jsonl(out / "sweep.jsonl")
+    if sweep:
+        selected = json.loads((out / "selected_lrs.json").read_text())
+        lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *sweep_table(sweep, selected), ""]
+    if notes:
+        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+    atomic_write_text(markdown, "\n".join(lines))
+    return markdown

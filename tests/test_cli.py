@@ -1,0 +1,187 @@
+"""The `tra` command end to end on tiny settings, and its answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tra_attn.cli import main
+from tra_attn.utils.jsonl import read_jsonl
+
+TINY_TRAIN = [
+    "--d-model",
+    "16",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--length",
+    "16",
+    "--steps",
+    "6",
+    "--batch-size",
+    "4",
+    "--eval-every",
+    "3",
+    "--eval-sequences",
+    "8",
+    "--checkpoint-every",
+    "3",
+    "--no-progress",
+]
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_data_then_eval_on_the_file(tmp_path, capsys):
+    data = tmp_path / "ff.txt"
+    code, out, _ = run(
+        [
+            "data",
+            "flipflop",
+            "--p-ignore",
+            "0.9",
+            "--length",
+            "24",
+            "--num",
+            "30",
+            "--seed",
+            "1",
+            "--final-read",
+            "--out",
+            data,
+        ],
+        capsys,
+    )
+    assert code == 0 and json.loads(out)["sequences"] == 30
+    assert len(data.read_text().splitlines()) == 30
+    code, _, _ = run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    assert code == 0
+    rows_path = tmp_path / "rows.jsonl"
+    code, out, _ = run(["eval", "--checkpoint", tmp_path / "run", "--data", data, "--out", rows_path], capsys)
+    assert code == 0 and "ff" in out
+    rows = read_jsonl(rows_path)
+    assert {r["metric"] for r in rows} == {"full_seq_acc", "read_acc", "loss", "sequences"}
+    assert all(r["split"] == "ff" and r["length"] == 24 and r["method"] == "tra" for r in rows)
+
+
+def test_train_resume_and_eval_standard_splits(tmp_path, capsys):
+    code, _, _ = run(["train", "--out", tmp_path, "--attention", "rope", *TINY_TRAIN], capsys)
+    assert code == 0
+    code, _, _ = run(["train", "--out", tmp_path, "--attention", "rope", "--resume", *TINY_TRAIN], capsys)
+    assert code == 0
+    code, out, _ = run(["eval", "--checkpoint", tmp_path, "--sequences", "16"], capsys)
+    assert code == 0
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [
+        ["iid", "16"],
+        ["sparse", "16"],
+        ["dense", "16"],
+        ["iid", "32"],
+        ["iid", "64"],
+        ["iid", "128"],
+    ]
+
+
+def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
+    out_dir = tmp_path / "ff"
+    argv = [
+        "flipflop",
+        "--preset",
+        "tiny",
+        "--methods",
+        "tra",
+        "nope",
+        "--seeds",
+        "0",
+        "1",
+        "--out",
+        out_dir,
+        "--no-progress",
+    ]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert "| TRA |" in out and "| NoPE |" in out
+    rows = read_jsonl(out_dir / "results.jsonl")
+    assert {(r["method"], r["seed"]) for r in rows} == {("tra", 0), ("tra", 1), ("nope", 0), ("nope", 1)}
+    assert {"task", "split", "length", "method", "seed", "metric", "value", "config", "commit"} <= set(rows[0])
+    assert (out_dir / "accuracy.png").stat().st_size > 1000
+    # Finished runs are skipped: a second call trains nothing and reproduces the same rows.
+    mtime = (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime
+    assert run(argv, capsys)[0] == 0
+    assert (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime == mtime
+    assert read_jsonl(out_dir / "results.jsonl") == rows
+    notes = tmp_path / "notes.md"
+    notes.write_text("TRA wins.")
+    code, out, _ = run(["report", out_dir, "--notes", notes, "--markdown", tmp_path / "page.md"], capsys)
+    assert code == 0 and "## Discussion" in out and "TRA wins." in (tmp_path / "page.md").read_text()
+
+
+def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):
+    argv = [
+        "flipflop",
+        "--preset",
+        "tiny",
+        "--methods",
+        "tra",
+        "--lrs",
+        "1e-4",
+        "3e-3",
+        "--out",
+        tmp_path,
+        "--no-progress",
+    ]
+    assert run(argv, capsys)[0] == 0
+    selected = json.loads((tmp_path / "selected_lrs.json").read_text())
+    sweep = read_jsonl(tmp_path / "sweep.jsonl")
+    val = {r["lr"]: r["value"] for r in sweep if r["split"] == "validation" and r["metric"] == "loss"}
+    acc = {r["lr"]: r["value"] for r in sweep if r["split"] == "validation" and r["metric"] == "full_seq_acc"}
+    best = max(acc, key=lambda lr: (acc[lr], -val[lr]))
+    assert selected == {"tra": best}
+    assert {r["lr"] for r in read_jsonl(tmp_path / "results.jsonl")} == {best}
+    assert "Learning-rate sweep" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["data", "flipflop", "--p-ignore", "1.0", "--out", "{tmp}/x.txt"], r"p_ignore = 1\.0"),
+        (["data", "flipflop", "--p-ignore", "-0.2", "--out", "{tmp}/x.txt"], "p_ignore = -0.2"),
+        (["data", "flipflop", "--length", "7", "--out", "{tmp}/x.txt"], "length = 7"),
+        (["data", "flipflop", "--length", "0", "--out", "{tmp}/x.txt"], "length = 0"),
+        (["data", "flipflop", "--num", "0", "--out", "{tmp}/x.txt"], "--num = 0; expected a positive"),
+        (["eval", "--checkpoint", "{tmp}/nowhere"], "checkpoint {tmp}/nowhere not found"),
+        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/empty.txt"], "empty.txt is empty"),
+        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/bad.txt"], "bad.txt:1: flip-flop: malformed"),
+        (["eval", "--checkpoint", "{tmp}/corrupt"], "model.safetensors is corrupt"),
+        (
+            ["flipflop", "--methods", "tra", "transformer", "--out", "{tmp}/ff"],
+            r"unknown method\(s\) \['transformer'\]",
+        ),
+        (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], "--preset = 'huge'"),
+        (["train", "--out", "{tmp}/r2", "--attention", "mamba"], "ModelConfig.attention = 'mamba'"),
+        (["report", "{tmp}/nowhere"], "results.jsonl is missing or empty"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_writes_nothing(argv, pattern, tmp_path, capsys):
+    run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bad.txt").write_text("w1r1z\n")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    ckpt = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
+    for f in ckpt.iterdir():
+        data = f.read_bytes()
+        (corrupt / f.name).write_bytes(data[:64] if f.name == "model.safetensors" else data)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, _, err = run([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2
+    assert re.search(pattern.replace("{tmp}", str(tmp_path)), err), err
+    created = set(p.name for p in tmp_path.iterdir()) - set(before)
+    assert created <= {"ff"}, created  # at most the (empty) output directory of a refused flipflop run
+    assert not (tmp_path / "x.txt").exists()
