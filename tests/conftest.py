@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+# Without a GPU the Triton kernels run through the Triton interpreter; the variable must be set
+# before triton is first imported (the library imports it lazily).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F
 
 from tra_attn.layers.norms import rms_normalize
@@ -37,3 +44,16 @@ def assert_close(actual, expected, atol, rtol=0.0, name=""):
         f"{name}: max |err| {err.max().item():.3e} (at {worst.item()}: {got:.6g} vs {want:.6g}), "
         f"atol {atol}, rtol {rtol}"
     )
+
+
+def naive_with_key_start(q, k, v, log_gate, scale, threshold, key_start):
+    """Naive TRA in which query row r only sees keys j >= key_start[..., r]: what pruning computes."""
+    from tra_attn.ops.tra.naive import compute_dtype, keep_mask, masked_softmax, reverse_cumsum
+
+    cdt = compute_dtype(q.dtype)
+    qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
+    scores = scale * (qc @ kc.transpose(-1, -2))
+    keys = torch.arange(k.shape[-2])
+    keep = keep_mask(scores, threshold) & (keys >= key_start[..., None])
+    count = reverse_cumsum(keep.long()).to(cdt)
+    return (masked_softmax(scores + gc[..., None] * count, keep) @ vc).to(q.dtype)

@@ -93,3 +93,40 @@ def test_prefill_in_chunks_through_the_cache_equals_full_forward(kind):
     parts = [model(ids[:, a:b], cache=cache) for a, b in ((0, 9), (9, 10), (10, 23))]
     assert cache.length == 23
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_greedy_generation_equals_uncached(kind):
+    torch.manual_seed(3)
+    model = TransformerLM(tiny_config(kind, n_layers=2))
+    with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
+        model.lm_head.weight.mul_(20)
+    prompt = torch.randint(0, 13, (3, 7))
+    cached = model.generate(prompt, max_new_tokens=15, temperature=0)
+    uncached = model.generate(prompt, max_new_tokens=15, temperature=0, use_cache=False)
+    assert cached.shape == (3, 22) and torch.equal(cached[:, :7], prompt)
+    assert torch.equal(cached, uncached)
+
+
+def test_sampling_is_reproducible_and_respects_top_k():
+    torch.manual_seed(4)
+    model = TransformerLM(tiny_config("tra"))
+    prompt = torch.randint(0, 13, (2, 5))
+    a = model.generate(prompt, 12, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    b = model.generate(
+        prompt, 12, temperature=1.0, top_k=3, use_cache=False, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.equal(a, b)
+    assert model.generate(prompt, 0).shape == prompt.shape
+    with pytest.raises(ValueError, match=r"temperature = -1"):
+        model.generate(prompt, 3, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k = 0"):
+        model.generate(prompt, 3, top_k=0)
+    with pytest.raises(ValueError, match=r"max_new_tokens = -2"):
+        model.generate(prompt, -2)
+
+
+def test_generate_restores_training_mode():
+    model = TransformerLM(tiny_config("rope", dropout=0.5)).train()
+    model.generate(torch.zeros(1, 3, dtype=torch.long), 2)
+    assert model.training

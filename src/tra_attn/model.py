@@ -25,6 +25,18 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
 
+def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator=None) -> torch.Tensor:
+    """Next token ids (B,) from logits (B, V): greedy at temperature 0, else top-k softmax sampling."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 class SwiGLU(nn.Module):
     """up: d -> 2h (two halves a, b); out = down(dropout(a * silu(b)))."""
 
@@ -112,6 +124,44 @@ class TransformerLM(nn.Module):
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config.n_layers)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Append ``max_new_tokens`` sampled tokens to ``input_ids`` (B, S); returns (B, S + new).
+
+        temperature 0 decodes greedily; top_k keeps the k most likely tokens. With ``use_cache`` the
+        prompt is prefilled once and each step attends from one new query to the KV cache; without
+        it every step recomputes the whole sequence (same tokens, for testing and comparison).
+        Runs in eval mode (no dropout) and restores the previous mode.
+        """
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens = {max_new_tokens!r}; expected a non-negative integer")
+        if not isinstance(temperature, (int, float)) or not temperature >= 0:
+            raise ValueError(f"generate: temperature = {temperature!r}; expected a number >= 0")
+        if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
+            raise ValueError(f"generate: top_k = {top_k!r}; expected None or a positive integer")
+        was_training = self.training
+        self.eval()
+        try:
+            ids = input_ids
+            cache = self.new_cache() if use_cache else None
+            logits = self(ids, cache=cache)[:, -1]
+            for step in range(max_new_tokens):
+                token = sample_next(logits, temperature, top_k, generator)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                if step + 1 < max_new_tokens:
+                    logits = (self(token[:, None], cache=cache) if use_cache else self(ids))[:, -1]
+        finally:
+            self.train(was_training)
+        return ids
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write config.json and model.safetensors, each atomically (temp file, then rename)."""

@@ -46,7 +46,9 @@ class _Strip:
 
     def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype: torch.dtype, device: torch.device):
         offset = sk - sq  # query row r sits at absolute position offset + r
+        self.j0 = j0
         self.r0 = max(0, j0 - offset)  # first row that can see the block
+        self.r1 = sq  # rows [r0, r1) are processed; pruning may lower r1
         # Rows whose position is below j1 - 1 see only part of the block (the diagonal tile).
         n_diag = min(sq, j1 - 1 - offset) - self.r0
         self.visible = None
@@ -55,23 +57,34 @@ class _Strip:
             reversed_cols = torch.arange(j1 - j0, device=device)  # column t holds key j1 - 1 - t
             self.visible = (reversed_cols[None, :] >= (j1 - 1 - rows)[:, None]).to(dtype)
 
-    def logits(self, q_scaled, k_rev, log_gate, threshold, carry, ws: _Workspace):
-        """Logits s + g * c, the keep mask (0/1) and the count c of this strip, in ws buffers 0-2.
+    def restrict(self, active: torch.Tensor | None) -> torch.Tensor | None:
+        """With pruning, process only rows up to the last active one; returns their (N, R, 1) mask."""
+        if active is None:
+            return None
+        rows = active[:, self.r0 :].any(0).nonzero()
+        self.r1 = self.r0 + (int(rows[-1]) + 1 if len(rows) else 0)
+        return active[:, self.r0 : self.r1, None]
+
+    def logits(self, q_scaled, k_rev, log_gate, threshold, carry, ws: _Workspace, active=None):
+        """Logits s + g * c, the keep mask (0/1) and the count c of rows [r0, r1), in ws buffers 0-2.
 
         Key columns are in reversed order, so the in-block reverse count is a cumulative sum.
         Updates ``carry`` (the kept keys right of the block) in place. Dropped entries hold
-        arbitrary finite logits; callers mask them.
+        arbitrary finite logits; callers mask them. ``active`` (N, R, 1) drops pruned rows.
         """
-        r0 = self.r0
-        q_rows = q_scaled[:, r0:]
+        r0, r1 = self.r0, self.r1
+        q_rows = q_scaled[:, r0:r1]
         shape = (q_rows.shape[0], q_rows.shape[1], k_rev.shape[1])
         logits = torch.matmul(q_rows, k_rev.transpose(-1, -2), out=ws.get(0, shape))
         keep = torch.gt(logits, threshold, out=ws.get(1, shape))
         if self.visible is not None:
-            keep[:, : self.visible.shape[0]].mul_(self.visible)
-        count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:, None])
-        carry[:, r0:] = count[..., -1]
-        logits.addcmul_(log_gate[:, r0:, None], count)
+            n = min(self.visible.shape[0], r1 - r0)
+            keep[:, :n].mul_(self.visible[:n])
+        if active is not None:
+            keep.mul_(active)
+        count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:r1, None])
+        carry[:, r0:r1] = count[..., -1]
+        logits.addcmul_(log_gate[:, r0:r1, None], count)
         return logits, keep, count
 
 
@@ -88,49 +101,90 @@ def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return shifted.clamp_(_EXP_FLOOR[shifted.dtype], _EXP_CEIL).exp_().mul_(keep)
 
 
+def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """(N, Sq) upper bound on scale * q_i . k_j over all keys j (Cauchy-Schwarz)."""
+    return scale * q.norm(dim=-1) * k.norm(dim=-1).amax(dim=-1, keepdim=True)
+
+
+class _Pruning:
+    """Early exit (kernels.md 2.6): a row stops once the attention mass left of it is below exp(-tau).
+
+    Unvisited kept keys of row i have counts carry_i + 1, carry_i + 2, ... and scores at most
+    smax_i, so their share of the softmax is at most exp(smax_i + g_i (carry_i + 1) - m_i) / (1 - e^g_i).
+    Rows stop individually; ``stop`` records the left edge of the last key block each row visited
+    so that the backward visits exactly the same keys.
+    """
+
+    def __init__(self, q, k, log_gate, scale: float, tau: float):
+        self.tau = tau
+        self.smax = score_bound(q, k, scale)
+        self.tail = -torch.log1p(-torch.exp(log_gate))  # +inf where the gate is 0: such rows never stop
+        self.active = torch.ones_like(log_gate, dtype=torch.bool)
+        self.stop = torch.zeros_like(log_gate, dtype=torch.long)
+
+    def update(self, strip: _Strip, log_gate, carry, m) -> None:
+        rows = slice(strip.r0, strip.r1)
+        bound = self.smax[:, rows] + log_gate[:, rows] * (carry[:, rows] + 1) - m[:, rows] + self.tail[:, rows]
+        done = self.active[:, rows] & (m[:, rows] > _NEG_INF) & (bound < -self.tau)
+        self.active[:, rows] &= ~done
+        self.stop[:, rows].masked_fill_(done, strip.j0)
+
+
+def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None):
+    """Output, LSE (+inf for empty rows), kept keys per row, and the pruning stops (or None)."""
+    n, sq, d = q.shape
+    sk = k.shape[1]
+    dt = q.dtype
+    q_scaled = q * scale
+    m = torch.full((n, sq), _NEG_INF, dtype=dt, device=q.device)
+    norm = torch.zeros((n, sq), dtype=dt, device=q.device)
+    acc = torch.zeros((n, sq, d), dtype=dt, device=q.device)
+    carry = torch.zeros((n, sq), dtype=dt, device=q.device)
+    ws = _Workspace(4, n * sq * min(block, sk), q)
+    pruning = None if prune_tau is None else _Pruning(q, k, log_gate, scale, prune_tau)
+    for j0, j1 in _blocks(sk, block):
+        strip = _Strip(j0, j1, sq, sk, dt, q.device)
+        active = strip.restrict(None if pruning is None else pruning.active)
+        r0, r1 = strip.r0, strip.r1
+        if r1 == r0:
+            continue
+        k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
+        logits, keep, _ = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws, active)
+        # Row maximum over kept entries only: dropped entries get -_DROP added.
+        drop_bias = torch.mul(keep, _DROP, out=ws.get(3, logits.shape)).sub_(_DROP)
+        block_max = logits.add_(drop_bias).amax(-1)
+        block_max.masked_fill_(block_max < -_DROP / 2, _NEG_INF)
+        m_old = m[:, r0:r1]
+        m_new = torch.maximum(m_old, block_max)
+        m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)
+        alpha = torch.exp(m_old - m_safe)
+        p = _masked_exp(logits.sub_(m_safe[..., None]), keep)
+        norm[:, r0:r1].mul_(alpha).add_(p.sum(-1))
+        acc[:, r0:r1].mul_(alpha[..., None]).baddbmm_(p, v_rev)
+        m_old.copy_(m_new)
+        if pruning is not None:
+            pruning.update(strip, log_gate, carry, m)
+    has_key = norm > 0
+    safe_norm = torch.where(has_key, norm, 1.0)
+    out = acc.div_(safe_norm[..., None])
+    lse = torch.where(has_key, m + torch.log(safe_norm), float("inf"))
+    return out, lse, carry, None if pruning is None else pruning.stop
+
+
 class ChunkedTRA(torch.autograd.Function):
     """Autograd function over flattened (N = B * H) inputs in the compute dtype."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int):
-        n, sq, d = q.shape
-        sk = k.shape[1]
-        dt = q.dtype
-        q_scaled = q * scale
-        m = torch.full((n, sq), _NEG_INF, dtype=dt, device=q.device)
-        norm = torch.zeros((n, sq), dtype=dt, device=q.device)
-        acc = torch.zeros((n, sq, d), dtype=dt, device=q.device)
-        carry = torch.zeros((n, sq), dtype=dt, device=q.device)
-        ws = _Workspace(4, n * sq * min(block, sk), q)
-        for j0, j1 in _blocks(sk, block):
-            strip = _Strip(j0, j1, sq, sk, dt, q.device)
-            r0 = strip.r0
-            k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
-            logits, keep, _ = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws)
-            # Row maximum over kept entries only: dropped entries get -_DROP added.
-            drop_bias = torch.mul(keep, _DROP, out=ws.get(3, logits.shape)).sub_(_DROP)
-            block_max = logits.add_(drop_bias).amax(-1)
-            block_max.masked_fill_(block_max < -_DROP / 2, _NEG_INF)
-            m_old = m[:, r0:]
-            m_new = torch.maximum(m_old, block_max)
-            m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)
-            alpha = torch.exp(m_old - m_safe)
-            p = _masked_exp(logits.sub_(m_safe[..., None]), keep)
-            norm[:, r0:].mul_(alpha).add_(p.sum(-1))
-            acc[:, r0:].mul_(alpha[..., None]).baddbmm_(p, v_rev)
-            m_old.copy_(m_new)
-        has_key = norm > 0
-        safe_norm = torch.where(has_key, norm, 1.0)
-        out = acc.div_(safe_norm[..., None])
-        lse = torch.where(has_key, m + torch.log(safe_norm), float("inf"))
-        ctx.save_for_backward(q, k, v, log_gate, out, lse)
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None):
+        out, lse, _, stop = _forward(q, k, v, log_gate, scale, threshold, block, prune_tau)
+        ctx.save_for_backward(q, k, v, log_gate, out, lse, stop)
         ctx.scale, ctx.threshold, ctx.block = scale, threshold, block
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, log_gate, out, lse = ctx.saved_tensors
+        q, k, v, log_gate, out, lse, stop = ctx.saved_tensors
         scale, threshold, block = ctx.scale, ctx.threshold, ctx.block
         n, sq, _ = q.shape
         sk = k.shape[1]
@@ -145,19 +199,22 @@ class ChunkedTRA(torch.autograd.Function):
         ws = _Workspace(4, n * sq * min(block, sk), q)
         for j0, j1 in _blocks(sk, block):
             strip = _Strip(j0, j1, sq, sk, q.dtype, q.device)
-            r0 = strip.r0
+            active = strip.restrict(None if stop is None else stop <= j0)  # the keys the forward visited
+            r0, r1 = strip.r0, strip.r1
+            if r1 == r0:
+                continue
             k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
-            logits, keep, count = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws)
+            logits, keep, count = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws, active)
             # lse = +inf on rows with no kept key, so their weights are exactly 0 as well.
-            p = _masked_exp(logits.sub_(lse[:, r0:, None]), keep)
-            go = grad_out[:, r0:]
+            p = _masked_exp(logits.sub_(lse[:, r0:r1, None]), keep)
+            go = grad_out[:, r0:r1]
             dp = torch.matmul(go, v_rev.transpose(-1, -2), out=ws.get(3, p.shape))
-            dlogits = dp.sub_(delta[:, r0:, None]).mul_(p)
-            dq[:, r0:].baddbmm_(dlogits, k_rev)
-            dk[:, j0:j1] = torch.matmul(dlogits.transpose(-1, -2), q_scaled[:, r0:]).flip(1)
+            dlogits = dp.sub_(delta[:, r0:r1, None]).mul_(p)
+            dq[:, r0:r1].baddbmm_(dlogits, k_rev)
+            dk[:, j0:j1] = torch.matmul(dlogits.transpose(-1, -2), q_scaled[:, r0:r1]).flip(1)
             dv[:, j0:j1] = torch.matmul(p.transpose(-1, -2), go).flip(1)
-            dgate[:, r0:] += torch.einsum("nrt,nrt->nr", dlogits, count)
-        return dq.mul_(scale), dk, dv, dgate, None, None, None
+            dgate[:, r0:r1] += torch.einsum("nrt,nrt->nr", dlogits, count)
+        return dq.mul_(scale), dk, dv, dgate, None, None, None, None
 
 
 def default_block_size(sq: int, sk: int) -> int:
@@ -168,19 +225,39 @@ def default_block_size(sq: int, sk: int) -> int:
     return 64
 
 
-def tra_chunked(q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None):
-    """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+def _flatten(q, k, v, log_gate):
     b, h, sq, d = q.shape
     sk = k.shape[2]
     cdt = compute_dtype(q.dtype)
-    block = block_size or default_block_size(sq, sk)
-    out = ChunkedTRA.apply(
+    return (
         q.reshape(b * h, sq, d).to(cdt),
         k.reshape(b * h, sk, d).to(cdt),
-        v.reshape(b * h, sk, v.shape[-1]).to(cdt),
+        v.reshape(b * h, sk, d).to(cdt),
         log_gate.reshape(b * h, sq).to(cdt),
-        float(scale),
-        float(threshold),
-        int(block),
     )
-    return out.reshape(b, h, sq, v.shape[-1]).to(q.dtype)
+
+
+def tra_chunked(
+    q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None, prune_tau: float | None = None
+):
+    """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+    b, h, sq, d = q.shape
+    block = block_size or default_block_size(sq, k.shape[2])
+    out = ChunkedTRA.apply(*_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau)
+    return out.reshape(b, h, sq, d).to(q.dtype)
+
+
+@torch.no_grad()
+def chunked_forward_stats(
+    q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None, prune_tau: float | None = None
+):
+    """Per row, without autograd: out, lse, kept keys counted, and the first key position visited.
+
+    (out, lse, count) are what a split-KV combine needs; the first key visited (0 without pruning)
+    tells exactly which keys pruning skipped.
+    """
+    b, h, sq, d = q.shape
+    block = block_size or default_block_size(sq, k.shape[2])
+    out, lse, count, stop = _forward(*_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau)
+    key_start = torch.zeros((b, h, sq), dtype=torch.long, device=q.device) if stop is None else stop.reshape(b, h, sq)
+    return out.reshape(b, h, sq, d), lse.reshape(b, h, sq), count.reshape(b, h, sq), key_start

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 
 import torch
 
 from .chunked import tra_chunked
 from .naive import tra_naive
+from .split_kv import split_kv_attention
 
-IMPLS = ("auto", "naive", "chunked")
+IMPLS = ("auto", "naive", "chunked", "triton")
+SPLIT_KV_MIN_KEYS = 1024  # keys per split when a single query is decoded with the Triton kernels
+SPLIT_KV_MAX_SPLITS = 64
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -17,7 +22,7 @@ def _fail(argument: str, value, expected: str):
     raise ValueError(f"threshold_relative_attention: {argument} = {value}; expected {expected}")
 
 
-def validate_inputs(q, k, v, log_gate, scale, threshold, impl) -> None:
+def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None) -> None:
     """Raise ValueError naming the argument, its value and what was expected."""
     for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
         if not isinstance(t, torch.Tensor):
@@ -45,6 +50,15 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl) -> None:
         _fail("threshold", threshold, "a number (float('-inf') keeps every causal key)")
     if impl not in IMPLS:
         _fail("impl", repr(impl), f"one of {IMPLS}")
+    if prune_tau is not None and not (
+        isinstance(prune_tau, (int, float)) and math.isfinite(prune_tau) and prune_tau > 0
+    ):
+        _fail("prune_tau", prune_tau, "None or a finite positive number (prune attention mass below exp(-tau))")
+    if impl == "triton":
+        if not (q.is_cuda or triton_interpreted()):
+            _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
+        if q.shape[-1] > 128:
+            _fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
     if log_gate.numel() and bool((log_gate > 0).any()):
         _fail("log_gate", f"max {log_gate.max().item():.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
 
@@ -58,6 +72,7 @@ def threshold_relative_attention(
     scale: float | None = None,
     threshold: float = 0.0,
     impl: str = "auto",
+    prune_tau: float | None = None,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
 
@@ -67,14 +82,44 @@ def threshold_relative_attention(
         log_gate: (B, H, Sq) per-query log forget gate, values <= 0.
         scale: score scale; 1/sqrt(D) by default.
         threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold.
-        impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), or "auto".
+        impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "triton" (fused GPU
+            kernels), or "auto" (triton for CUDA tensors when triton is installed, chunked otherwise).
+        prune_tau: optional early exit (chunked and triton): keys are skipped once a bound proves that
+            all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
+            moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
+            Exact TRA when None (and always for "naive").
 
     Returns:
         (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
         counts the kept keys in [j, i]; a query with no kept key outputs exactly 0.
     """
-    validate_inputs(q, k, v, log_gate, scale, threshold, impl)
+    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    threshold = float(threshold)
+    prune_tau = None if prune_tau is None else float(prune_tau)
+    if impl == "auto":
+        impl = "triton" if q.is_cuda and triton_available() and q.shape[-1] <= 128 else "chunked"
     if impl == "naive":
-        return tra_naive(q, k, v, log_gate, scale, float(threshold))
-    return tra_chunked(q, k, v, log_gate, scale, float(threshold))
+        return tra_naive(q, k, v, log_gate, scale, threshold)
+    if impl == "triton":
+        from .triton_op import forward_stats, tra_triton
+
+        if _split_kv_decode(q, k, v, log_gate, prune_tau):
+            n_splits = min(SPLIT_KV_MAX_SPLITS, k.shape[2] // SPLIT_KV_MIN_KEYS)
+            return split_kv_attention(q, k, v, log_gate, scale, threshold, n_splits, forward_stats)
+        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau)
+    return tra_chunked(q, k, v, log_gate, scale, threshold, prune_tau=prune_tau)
+
+
+def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:
+    """Decoding one token against a long cache, without gradients: split the keys across programs."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, log_gate))
+    return q.shape[2] == 1 and k.shape[2] >= 2 * SPLIT_KV_MIN_KEYS and prune_tau is None and not needs_grad
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1" and triton_available()

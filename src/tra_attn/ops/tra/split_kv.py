@@ -1,0 +1,60 @@
+"""Split-KV (Flash-Decoding style) TRA for a few queries against a long key cache.
+
+The keys are cut into splits that are attended independently (in parallel on a GPU), each with
+contextual counts local to its split. A key in split s is preceded, on its right, by the kept keys
+of every later split, so its true count is its local count plus that number n_right(s); in the
+logits that is a constant shift g * n_right(s) per split and row. Merging the splits' (lse, out)
+pairs with those shifts reproduces exact TRA (kernels.md section 5).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .naive import compute_dtype
+
+
+def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor, log_gate: torch.Tensor):
+    """Merge per-split results, splits along dim 0 in key order (left to right).
+
+    outs (P, ..., D), lses (P, ...) with +inf for splits without a kept key, counts (P, ...) of kept
+    keys, log_gate (...). Returns the output (..., D) in fp32 (fp64 for fp64 inputs).
+    """
+    cdt = compute_dtype(outs.dtype)
+    n_right = counts.flip(0).cumsum(0).flip(0) - counts  # kept keys in the splits to the right
+    shifted = torch.where(torch.isinf(lses), -math.inf, lses.to(cdt) + log_gate.to(cdt) * n_right.to(cdt))
+    total = torch.logsumexp(shifted, dim=0)
+    weights = torch.where(torch.isinf(total), 0.0, torch.exp(shifted - total))
+    return (weights[..., None] * outs.to(cdt)).sum(0)
+
+
+def split_kv_attention(q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats):
+    """TRA for q (B,H,Sq,D) whose queries all come after the keys, e.g. decoding (Sq = 1).
+
+    ``forward_stats(q, k, v, log_gate, scale, threshold)`` returns (out, lse, count, ...) for one
+    split; every split is run as an extra batch entry of a single call.
+    """
+    b, h, sq, d = q.shape
+    sk = k.shape[2]
+    if sq != 1:
+        raise ValueError(f"split_kv_attention: Sq = {sq}; expected a single query per sequence")
+    chunk = math.ceil(sk / n_splits)
+    n_full, rest = divmod(sk, chunk)
+    pieces = [(0, n_full, chunk)] if n_full else []  # (first key, splits, keys per split)
+    if rest:
+        pieces.append((n_full * chunk, 1, rest))
+    parts = []
+    for start, n, size in pieces:
+        keys = slice(start, start + n * size)
+        ks = k[:, :, keys].reshape(b, h, n, size, d).transpose(1, 2).reshape(b * n, h, size, d)
+        vs = v[:, :, keys].reshape(b, h, n, size, d).transpose(1, 2).reshape(b * n, h, size, d)
+        qs = q[:, None].expand(b, n, h, 1, d).reshape(b * n, h, 1, d)
+        gs = log_gate[:, None].expand(b, n, h, 1).reshape(b * n, h, 1)
+        out, lse, count = forward_stats(qs, ks, vs, gs, scale, threshold)[:3]
+        parts.append((out.reshape(b, n, h, 1, d), lse.reshape(b, n, h, 1), count.reshape(b, n, h, 1)))
+    outs = torch.cat([p[0] for p in parts], dim=1).movedim(1, 0)
+    lses = torch.cat([p[1] for p in parts], dim=1).movedim(1, 0)
+    counts = torch.cat([p[2] for p in parts], dim=1).movedim(1, 0)
+    return combine_splits(outs, lses, counts, log_gate).to(q.dtype)

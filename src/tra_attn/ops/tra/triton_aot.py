@@ -1,0 +1,152 @@
+"""Ahead-of-time compile every shipped TRA kernel configuration for a GPU target, without a GPU.
+
+Uses the ptxas and cuobjdump bundled with the triton wheel, so it runs on a CPU-only machine and
+catches compile errors, register spills (local-memory STACK bytes), shared-memory overflow and a
+missing tensor-core path before anything reaches a GPU:
+
+    python -m tra_attn.ops.tra.triton_aot            # table; exit code 1 on spills or failures
+    python -m tra_attn.ops.tra.triton_aot --json     # one JSON object per kernel configuration
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.pop("TRITON_INTERPRET", None)  # AOT compilation needs the real JIT, not the interpreter
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from .triton_kernels import tra_bwd_kernel, tra_fwd_kernel  # noqa: E402
+from .triton_op import CONFIGS, DOT_SCAN  # noqa: E402
+
+SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90
+_DATA_POINTERS = {"Q", "K", "V", "O", "DO"}  # in the input dtype
+_POINTERS = _DATA_POINTERS | {"G", "SMAX", "LSE", "CNT", "KSTART", "DELTA", "DQ", "DK", "DV", "DG"}
+_FLOAT_SCALARS = {"scale", "threshold", "tau2"}
+
+
+def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
+    """Triton types of a kernel's arguments, derived from their names."""
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in _POINTERS:
+            signature[name] = "*" + (dtype if name in _DATA_POINTERS else "i32" if name == "KSTART" else "fp32")
+        else:
+            signature[name] = "fp32" if name in _FLOAT_SCALARS else "i32"
+    return signature
+
+
+def shipped_configurations():
+    """(kind, dtype, padded head dim, prune) for every configuration the library can launch."""
+    for block_d in sorted(CONFIGS):
+        for dtype in ("bf16", "fp16"):
+            yield "fwd", dtype, block_d, False
+            yield "fwd", dtype, block_d, True
+            yield "bwd", dtype, block_d, False
+
+
+def compile_one(kind: str, dtype: str, block_d: int, prune: bool, arch: int = 90, config: dict | None = None) -> dict:
+    config = config or CONFIGS[block_d]
+    bn, (bm, warps, stages) = config["BN"], config[kind]
+    constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": DOT_SCAN, "IEEE": False}
+    if kind == "fwd":
+        constexprs["PRUNE"] = prune
+    else:
+        constexprs["FWD_BM"] = config["fwd"][0]
+    fn = tra_fwd_kernel if kind == "fwd" else tra_bwd_kernel
+    signature = _signature(fn, dtype, constexprs)
+    compiled = triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+        target=GPUTarget("cuda", arch, 32),
+        options={"num_warps": warps, "num_stages": stages},
+    )
+    bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run(
+            [os.path.join(bindir, "cuobjdump"), "--dump-resource-usage", f.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        sass = subprocess.run(
+            [os.path.join(bindir, "cuobjdump"), "--dump-sass", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    return {
+        "kernel": kind,
+        "dtype": dtype,
+        "D": block_d,
+        "prune": prune,
+        "BM": bm,
+        "BN": bn,
+        "warps": warps,
+        "stages": stages,
+        "target": re.search(r"\.target (\S+)", compiled.asm["ptx"]).group(1),
+        "registers": int(found.group(1)),
+        "spill_bytes": int(found.group(2)),
+        "shared_bytes": compiled.metadata.shared,
+        "wgmma": sass.count("HGMMA"),
+        "mma": sass.count("HMMA"),
+    }
+
+
+def problems(row: dict) -> list[str]:
+    issues = []
+    if row["spill_bytes"]:
+        issues.append(f"{row['spill_bytes']} bytes of register spills")
+    if row["shared_bytes"] > SHARED_MEMORY_LIMIT:
+        issues.append(f"{row['shared_bytes']} bytes of shared memory")
+    if not (row["wgmma"] or row["mma"]):
+        issues.append("no tensor-core instructions")
+    return issues
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200 (sm_90a)")
+    args = parser.parse_args(argv)
+    failed = False
+    for kind, dtype, block_d, prune in shipped_configurations():
+        try:
+            row = compile_one(kind, dtype, block_d, prune, args.arch)
+            row["problems"] = problems(row)
+        except Exception as err:  # report every configuration, then fail
+            row = {
+                "kernel": kind,
+                "dtype": dtype,
+                "D": block_d,
+                "prune": prune,
+                "problems": [f"{type(err).__name__}: {str(err)[:300]}"],
+            }
+        failed |= bool(row["problems"])
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            stats = (
+                f"REG {row['registers']:>3} spill {row['spill_bytes']:>4} B smem {row['shared_bytes']:>6} B "
+                f"wgmma {row['wgmma']:>3}"
+                if "registers" in row
+                else ""
+            )
+            print(
+                f"{kind} {dtype} D={block_d:<3} prune={prune!s:<5} {stats} {'; '.join(row['problems']) or 'ok'}",
+                flush=True,
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
