@@ -52,6 +52,7 @@ class TrainConfig:
     eval_sequences: int = 512
     checkpoint_every: int = 500
     device: str = "cpu"
+    precision: str = "fp32"  # or "bf16": autocast the forward (GPU training; the TRA kernels then run in bf16)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -80,6 +81,8 @@ class TrainConfig:
                 raise ValueError(
                     f"TrainConfig.{name} = {value!r}; expected a number in [{low:g}, {high:g}{']' if high_ok else ')'}"
                 )
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
         task = self.task_instance()  # validates the task name and arguments
         if self.model.vocab_size < task.vocab_size:
             raise ValueError(
@@ -119,6 +122,12 @@ def masked_loss(model: TransformerLM, tokens: torch.Tensor, loss_mask: torch.Ten
     logits = model(tokens[:, :-1])
     targets = tokens[:, 1:].masked_fill(~loss_mask[:, 1:], -100)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100)
+
+
+def autocast(config: TrainConfig):
+    """bf16 autocast of the forward pass, or a no-op for fp32."""
+    device_type = torch.device(config.device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
 
 def batch_seed(seed: int, step: int) -> int:
@@ -205,7 +214,8 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progre
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = task.sample(config.batch_size, config.length, batch_seed(config.seed, step))
-            loss = masked_loss(model, batch.tokens.to(config.device), batch.loss_mask.to(config.device))
+            with autocast(config):
+                loss = masked_loss(model, batch.tokens.to(config.device), batch.loss_mask.to(config.device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             clip = config.grad_clip if config.grad_clip > 0 else math.inf
