@@ -163,3 +163,16 @@ def test_query_rows_match_prefill_rows():
     full = threshold_relative_attention(q, k, v, g)
     tail = threshold_relative_attention(q[:, :, 50:], k, v, g[:, :, 50:])
     assert_close(tail, full[:, :, 50:], atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked"])
+def test_an_enclosing_autocast_does_not_change_the_op(impl):
+    q, k, v, g = tra_inputs(1, 2, 70, 70, 16, dtype=torch.float32)
+    grad_out = torch.randn(1, 2, 70, 16)
+    expected = output_and_grads(lambda *x: threshold_relative_attention(*x, impl=impl), [q, k, v, g], grad_out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = threshold_relative_attention(q, k, v, g, impl=impl)
+    actual = [out, *torch.autograd.grad(out, (q, k, v, g), grad_out)]
+    for name, a, e in zip(NAMES, actual, expected):
+        assert a.dtype == torch.float32
+        assert_close(a, e, atol=1e-6, name=name)

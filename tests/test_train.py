@@ -119,3 +119,10 @@ def test_train_config_round_trips_through_json():
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(ValueError, match=r"unknown fields \['epochs'\]"):
         TrainConfig.from_dict({**config.to_dict(), "epochs": 3})
+
+
+def test_bf16_autocast_training_runs(tmp_path):
+    train(tiny(steps=4, precision="bf16"), tmp_path, progress=False)
+    assert all(torch.isfinite(torch.tensor(loss)) for _, loss in losses(tmp_path))
+    with pytest.raises(ValueError, match=r"precision = 'fp16'; expected 'fp32' or 'bf16'"):
+        tiny(precision="fp16")

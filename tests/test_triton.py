@@ -143,3 +143,16 @@ def test_every_shipped_kernel_compiles_for_sm90_without_spills():
     assert not bad, bad
     assert all(r["target"] == "sm_90a" and r["wgmma"] > 0 for r in rows)
     assert proc.returncode == 0
+
+
+def test_public_op_decodes_long_caches_with_split_kv():
+    from tra_attn.ops.tra import dispatch
+
+    q, k, v, g = (
+        t.detach() for t in inputs_on_device(1, 2, 1, 2 * dispatch.SPLIT_KV_MIN_KEYS + 77, 16, dtype=torch.float32)
+    )
+    with torch.no_grad():
+        assert dispatch._split_kv_decode(q, k, v, g, None)
+        out = threshold_relative_attention(q, k, v, g, impl="triton")
+    expected = tra_chunked(q.cpu(), k.cpu(), v.cpu(), g.cpu(), 0.25, 0.0)
+    assert_close(out.cpu(), expected, atol=2e-5)

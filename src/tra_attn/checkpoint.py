@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from .model import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
+from .utils.atomic import usual_mode
 
 TRAIN_CONFIG_NAME = "train_config.json"
 TRAIN_STATE_NAME = "train_state.pt"
@@ -35,6 +36,7 @@ def save_checkpoint(run_dir: Path, step: int, model: TransformerLM, train_config
         torch.save(state, tmp / TRAIN_STATE_NAME)
         if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
             shutil.rmtree(final)
+        tmp.chmod(usual_mode(0o777))  # mkdtemp creates 0700
         tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

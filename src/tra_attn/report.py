@@ -83,13 +83,14 @@ def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
     seeds = defaultdict(set)
     for r in rows:
         seeds[r["method"]].add(r["seed"])
-    header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train min"] if with_time else [])
+    header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train minutes (median)"] if with_time else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in ordered({r["method"] for r in rows}):
         cells = [METHOD_LABELS.get(method, method), f"{lr[method]:g}", str(len(seeds[method]))]
         cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
         if with_time:
-            cells.append(fmt([s / 60 for s in seconds[(method, "validation", cols[0][2])]], 1))
+            minutes = sorted(s / 60 for s in seconds[(method, "validation", cols[0][2])])
+            cells.append(f"{minutes[len(minutes) // 2]:.1f}" if minutes else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -15,10 +15,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, usual_mode(0o666))  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def usual_mode(base: int) -> int:
+    """``base`` (0o666 for files, 0o777 for directories) minus the process umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -102,7 +102,7 @@ def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """(N, Sq) upper bound on scale * q_i . k_j over all keys j (Cauchy-Schwarz)."""
+    """(..., Sq) upper bound on scale * q_i . k_j over all keys j (Cauchy-Schwarz)."""
     return scale * q.norm(dim=-1) * k.norm(dim=-1).amax(dim=-1, keepdim=True)
 
 
@@ -184,6 +184,11 @@ class ChunkedTRA(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
+        with torch.autocast(grad_out.device.type, enabled=False):
+            return ChunkedTRA._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         q, k, v, log_gate, out, lse, stop = ctx.saved_tensors
         scale, threshold, block = ctx.scale, ctx.threshold, ctx.block
         n, sq, _ = q.shape

@@ -95,8 +95,13 @@ def threshold_relative_attention(
     """
     validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    threshold = float(threshold)
     prune_tau = None if prune_tau is None else float(prune_tau)
+    # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it.
+    with torch.autocast(q.device.type, enabled=False):
+        return _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau)
+
+
+def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None):
     if impl == "auto":
         impl = "triton" if q.is_cuda and triton_available() and q.shape[-1] <= 128 else "chunked"
     if impl == "naive":

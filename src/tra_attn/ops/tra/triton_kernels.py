@@ -4,11 +4,13 @@ Both kernels are query-major: one program per (query block, batch * head). Key b
 from the diagonal leftwards, and each query row carries the number of kept keys already seen to its
 right, so the contextual distance of a key is ``carry + (kept keys of the row inside the tile at or
 right of it)`` (kernels.md section 2). The forward runs an online softmax in base 2 (log2(e) folded
-into the scale and the gate) and stores the natural-log LSE per row (+inf for rows with no kept
-key) and the number of key blocks it visited. With pruning on, a query block stops once the bound
-of kernels.md section 2.6 proves that the attention mass left of it is below exp(-tau) for every
-row; the backward visits exactly the same blocks, recomputes each tile and reduces dK/dV across
-query blocks with fp32 atomics.
+into the scores and the gate) and stores per row the natural-log LSE (+inf for rows with no kept
+key) and the number of kept keys, and per query block the lowest key block it visited. With
+pruning on, a query block stops once the bound of kernels.md section 2.6 proves that the attention
+mass left of it is below exp(-tau) for every row. The backward visits exactly the same key blocks,
+recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics.
+
+This file is excluded from the code formatter: kernel signatures stay compact on purpose.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
 def _dot(a, b, IEEE: tl.constexpr):
     """tl.dot; exact fp32 products for fp32 inputs (IEEE) instead of TF32."""
-    if IEEE:  # noqa: SIM108 (a constexpr branch: only one dot is compiled)
+    if IEEE:
         out = tl.dot(a, b, input_precision="ieee")
     else:
         out = tl.dot(a, b)
@@ -30,27 +33,12 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _tile(
-    q,
-    k,
-    g2,
-    carry,
-    offs_m,
-    offs_n,
-    q_pos,
-    SQ,
-    SK,
-    scale,
-    threshold,
-    BN: tl.constexpr,
-    DOT_SCAN: tl.constexpr,
-    IEEE: tl.constexpr,
-):
-    """Base-2 logits of one (BM, BN) tile, its keep mask (fp32 0/1) and contextual count."""
+def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold,
+          BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
+    """Base-2 logits of one (BM, BN) tile (-inf off the keep mask), the keep mask as 0/1 and the count."""
     s = _dot(q, tl.trans(k), IEEE) * scale
     visible = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
     keep = visible & (s > threshold)  # the threshold test in natural units, as the reference does
-    s2 = s * 1.4426950408889634
     keep_f = keep.to(tl.float32)
     if DOT_SCAN:  # in-tile reverse count as a matmul with a triangular 0/1 matrix (exact in fp16)
         rn = tl.arange(0, BN)
@@ -58,49 +46,36 @@ def _tile(
         count = tl.dot(keep_f.to(tl.float16), tri) + carry[:, None]
     else:
         count = tl.cumsum(keep_f, axis=1, reverse=True) + carry[:, None]
-    z2 = tl.where(keep, s2 + g2[:, None] * count, float("-inf"))
+    z2 = tl.where(keep, s * LOG2E + g2[:, None] * count, float("-inf"))
     return z2, keep_f, count
 
 
 @triton.jit
-# fmt: off
+def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, K, V, k_base, v_base, sks, svs,
+               SQ, SK, scale, threshold, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
+    """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry."""
+    offs_n = block * BN + tl.arange(0, BN)
+    kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
+    k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
+    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, BN, DOT_SCAN, IEEE)
+    m_new = tl.maximum(m_i, tl.max(z2, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(z2 - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
+    return m_new, l_i, acc, carry + tl.sum(keep_f, 1)
+
+
+@triton.jit
 def tra_fwd_kernel(
-    Q,
-    K,
-    V,
-    G,
-    SMAX,
-    O,
-    LSE,
-    CNT,
-    KSTART,
-    sqb,
-    sqh,
-    sqs,
-    skb,
-    skh,
-    sks,
-    svb,
-    svh,
-    svs,
-    sob,
-    soh,
-    sos,
-    H,
-    SQ,
-    SK,
-    scale,
-    threshold,
-    tau2,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    PRUNE: tl.constexpr,
-    DOT_SCAN: tl.constexpr,
-    IEEE: tl.constexpr,
+    Q, K, V, G, SMAX, O, LSE, CNT, KSTART,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
+    H, SQ, SK, scale, threshold, tau2,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
 ):
-    # fmt: on
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -109,105 +84,59 @@ def tra_fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     mask_m = offs_m < SQ
     mask_d = offs_d < D
+    row_mask = mask_m[:, None] & mask_d[None, :]
     q_pos = offs_m + (SK - SQ)  # absolute position of each query row
-    q = tl.load(
-        Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :],
-        mask=mask_m[:, None] & mask_d[None, :],
-        other=0.0,
-    )
-    g2 = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0) * 1.4426950408889634
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_mask, other=0.0)
+    g2 = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
     m_i = tl.full([BM], float("-inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, BLOCK_D], tl.float32)
     carry = tl.zeros([BM], tl.float32)
-    if PRUNE:
-        smax2 = tl.load(SMAX + bh * SQ + offs_m, mask=mask_m, other=0.0) * 1.4426950408889634
-        # -log2(1 - 2^g2): the geometric tail factor of the bound. Clamped at 126 (g = 0, no
-        # forgetting): such rows never meet the bound, without inf arithmetic.
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1  # up to the diagonal
+    if PRUNE:  # a while loop that stops early (Triton does not software-pipeline it)
+        smax2 = tl.load(SMAX + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
+        # -log2(1 - 2^g2), the geometric tail of the bound; clamped at 126 when g = 0 (no
+        # forgetting), so that such rows never meet the bound, without inf arithmetic.
         tail2 = -tl.log2(tl.maximum(1.0 - tl.exp2(g2), 1e-38))
-    last_pos = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1)
-    n_blocks = last_pos // BN + 1
-    it = 0
-    running = n_blocks > 0
-    while running:
-        start_n = (n_blocks - 1 - it) * BN
-        offs_n = start_n + tl.arange(0, BN)
-        mask_n = offs_n < SK
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(K + b * skb + h * skh + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, BN, DOT_SCAN, IEEE)
-        m_new = tl.maximum(m_i, tl.max(z2, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(z2 - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
-        m_i = m_new
-        carry += tl.sum(keep_f, 1)
-        it += 1
-        running = it < n_blocks
-        if PRUNE:
+        it = 0
+        running = n_blocks > 0
+        while running:
+            m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
+                                              q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
+                                              BN, DOT_SCAN, IEEE)
+            it += 1
             # Unvisited kept keys have counts carry + 1, carry + 2, ... and scores <= smax.
             bound = smax2 + g2 * (carry + 1.0) - m_i + tail2
             done = (offs_m >= SQ) | ((m_i > float("-inf")) & (bound < -tau2))
-            running = running & (tl.min(done.to(tl.int32), 0) == 0)
+            running = (it < n_blocks) & (tl.min(done.to(tl.int32), 0) == 0)
+        k_start = n_blocks - it
+    else:  # a plain for loop, so that Triton pipelines the key/value loads
+        for it in range(0, n_blocks):
+            m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
+                                              q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
+                                              BN, DOT_SCAN, IEEE)
+        k_start = 0
     has_key = l_i > 0
     safe_l = tl.where(has_key, l_i, 1.0)
     out = acc / safe_l[:, None]
-    lse = tl.where(has_key, (m_i + tl.log2(safe_l)) * 0.6931471805599453, float("inf"))
-    tl.store(
-        O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :],
-        out.to(O.dtype.element_ty),
-        mask=mask_m[:, None] & mask_d[None, :],
-    )
+    lse = tl.where(has_key, (m_i + tl.log2(safe_l)) * LN2, float("inf"))
+    tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=row_mask)
     tl.store(LSE + bh * SQ + offs_m, lse, mask=mask_m)
     tl.store(CNT + bh * SQ + offs_m, carry, mask=mask_m)
-    tl.store(KSTART + bh * tl.num_programs(0) + pid_m, n_blocks - it)  # lowest key block visited
+    tl.store(KSTART + bh * tl.num_programs(0) + pid_m, k_start)
 
 
 @triton.jit
-# fmt: off
 def tra_bwd_kernel(
-    Q,
-    K,
-    V,
-    G,
-    DO,
-    LSE,
-    DELTA,
-    KSTART,
-    DQ,
-    DK,
-    DV,
-    DG,
-    sqb,
-    sqh,
-    sqs,
-    skb,
-    skh,
-    sks,
-    svb,
-    svh,
-    svs,
-    sdob,
-    sdoh,
-    sdos,
-    H,
-    SQ,
-    SK,
-    scale,
-    threshold,
-    n_fwd_blocks,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    FWD_BM: tl.constexpr,
-    DOT_SCAN: tl.constexpr,
-    IEEE: tl.constexpr,
+    Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
+    H, SQ, SK, scale, threshold, n_fwd_blocks,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, FWD_BM: tl.constexpr,
+    DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
 ):
-    # fmt: on
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -220,36 +149,30 @@ def tra_bwd_kernel(
     q_pos = offs_m + (SK - SQ)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_mask, other=0.0)
     do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdos + offs_d[None, :], mask=row_mask, other=0.0)
-    g2 = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0) * 1.4426950408889634
-    lse2 = tl.load(LSE + bh * SQ + offs_m, mask=mask_m, other=float("inf")) * 1.4426950408889634
+    g2 = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
+    lse2 = tl.load(LSE + bh * SQ + offs_m, mask=mask_m, other=float("inf")) * LOG2E
     delta = tl.load(DELTA + bh * SQ + offs_m, mask=mask_m, other=0.0)
     dq = tl.zeros([BM, BLOCK_D], tl.float32)
     dg = tl.zeros([BM], tl.float32)
     carry = tl.zeros([BM], tl.float32)
-    last_pos = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1)
-    n_blocks = last_pos // BN + 1
-    # The forward query block holding these rows (BM divides FWD_BM) and the lowest key block it visited.
+    n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1
+    # The lowest key block visited by the forward query block that holds these rows (BM | FWD_BM).
     k_start = tl.load(KSTART + bh * n_fwd_blocks + (pid_m * BM) // FWD_BM)
-    it = 0
-    while it < n_blocks - k_start:
-        start_n = (n_blocks - 1 - it) * BN
-        offs_n = start_n + tl.arange(0, BN)
-        mask_n = offs_n < SK
-        kv_mask = mask_n[:, None] & mask_d[None, :]
+    for it in range(0, n_blocks - k_start):
+        offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
+        kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
         k = tl.load(K + b * skb + h * skh + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, BN, DOT_SCAN, IEEE)
+        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold,
+                                  BN, DOT_SCAN, IEEE)
         p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
-        dp = _dot(do, tl.trans(v), IEEE)
-        ds = p * (dp - delta[:, None])  # gradient of the natural-log logits
+        ds = p * (_dot(do, tl.trans(v), IEEE) - delta[:, None])  # gradient of the natural-log logits
         dg += tl.sum(ds * count, 1)
         dq += _dot(ds.to(k.dtype), k, IEEE)
+        dkv = bh * SK * D + offs_n[:, None] * D + offs_d[None, :]
         # dV is issued before dK is computed, so the two (BN, D) partials never coexist in registers.
-        dv_tile = _dot(tl.trans(p.to(do.dtype)), do, IEEE)
-        tl.atomic_add(DV + bh * SK * D + offs_n[:, None] * D + offs_d[None, :], dv_tile, mask=kv_mask)
-        dk_tile = _dot(tl.trans(ds.to(q.dtype)), q, IEEE) * scale
-        tl.atomic_add(DK + bh * SK * D + offs_n[:, None] * D + offs_d[None, :], dk_tile, mask=kv_mask)
+        tl.atomic_add(DV + dkv, _dot(tl.trans(p.to(do.dtype)), do, IEEE), mask=kv_mask)
+        tl.atomic_add(DK + dkv, _dot(tl.trans(ds.to(q.dtype)), q, IEEE) * scale, mask=kv_mask)
         carry += tl.sum(keep_f, 1)
-        it += 1
     tl.store(DQ + bh * SQ * D + offs_m[:, None] * D + offs_d[None, :], dq * scale, mask=row_mask)
     tl.store(DG + bh * SQ + offs_m, dg, mask=mask_m)

@@ -6,20 +6,23 @@ set before triton is imported), which is how CI tests the kernels without a GPU.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 
+from .chunked import score_bound
 from .triton_kernels import tra_bwd_kernel, tra_fwd_kernel
 
 # Per padded head dim: the key-block width BN (shared, so that both passes visit the same key blocks
 # and recompute identical tiles) and (BM, warps, stages) of the forward and of the backward; the
-# backward BM divides the forward one. Chosen free of register spills on sm_90a
-# (``python -m tra_attn.ops.tra.triton_aot``).
+# backward BM divides the forward one. Chosen free of register spills on sm_90a, with the loads
+# software-pipelined (``python -m tra_attn.ops.tra.triton_aot``); not yet tuned on a GPU.
 CONFIGS: dict[int, dict] = {
-    16: {"BN": 32, "fwd": (128, 8, 2), "bwd": (64, 4, 2)},
-    32: {"BN": 32, "fwd": (128, 8, 2), "bwd": (64, 4, 2)},
-    64: {"BN": 32, "fwd": (128, 8, 2), "bwd": (64, 8, 2)},
-    128: {"BN": 16, "fwd": (128, 8, 2), "bwd": (64, 8, 2)},
+    16: {"BN": 32, "fwd": (128, 8, 3), "bwd": (64, 4, 2)},
+    32: {"BN": 32, "fwd": (128, 8, 3), "bwd": (64, 8, 2)},
+    64: {"BN": 32, "fwd": (128, 8, 3), "bwd": (64, 8, 2)},
+    128: {"BN": 32, "fwd": (128, 8, 2), "bwd": (64, 8, 2)},
 }
 DOT_SCAN = False  # in-tile reverse count: tl.cumsum (False) or a triangular matmul (True)
 
@@ -36,12 +39,6 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """(B, H, Sq) upper bound on scale * q_i . k_j over all keys j (Cauchy-Schwarz), in fp32."""
-    k_norm = k.float().norm(dim=-1).amax(dim=-1, keepdim=True)
-    return scale * q.float().norm(dim=-1) * k_norm
-
-
 def forward_stats(q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None):
     """Run the forward kernel: (out, lse, kept keys per row, lowest key block visited per query block)."""
     b, h, sq, d = q.shape
@@ -51,13 +48,13 @@ def forward_stats(q, k, v, log_gate, scale: float, threshold: float, prune_tau: 
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     gate = log_gate.float().contiguous()
     prune = prune_tau is not None
-    smax = score_bound(q, k, scale).contiguous() if prune else gate
+    smax = score_bound(q.float(), k.float(), scale).contiguous() if prune else gate  # unused without pruning
     out = torch.empty((b, h, sq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     count = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(sq, bm), b * h)
     k_start = torch.empty((b * h, grid[0]), dtype=torch.int32, device=q.device)
-    tau2 = (prune_tau if prune else 0.0) * 1.4426950408889634
+    tau2 = (prune_tau if prune else 0.0) * math.log2(math.e)
     # fmt: off
     tra_fwd_kernel[grid](
         q, k, v, gate, smax, out, lse, count, k_start,
@@ -108,4 +105,6 @@ class TritonTRA(torch.autograd.Function):
 
 def tra_triton(q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None):
     """Fused TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+    if q.numel() == 0:  # no program to launch: an empty output that still joins the graph
+        return q * 0
     return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau)
