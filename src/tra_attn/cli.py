@@ -68,7 +68,9 @@ def cmd_eval(args) -> None:
 
     if args.sequences <= 0:
         raise ValueError(f"--sequences = {args.sequences}; expected a positive integer")
-    rows = evaluate_checkpoint(args.checkpoint, data=args.data, sequences=args.sequences, device=args.device)
+    rows = evaluate_checkpoint(
+        args.checkpoint, data=args.data, sequences=args.sequences, device=args.device, length=args.length
+    )
     text = "".join(json.dumps(r) + "\n" for r in rows)
     if args.out:
         atomic_write_text(args.out, text)
@@ -137,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory")
     ev.add_argument("--data", type=Path, help="evaluate on these sequences instead (one per line)")
     ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split")
+    ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--out", type=Path, help="write the result rows here (JSONL)")
     ev.set_defaults(func=cmd_eval)

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .checkpoint import load_train_state, resolve_checkpoint
+from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
 from .model import TransformerLM
 from .tasks.flipflop import FlipFlop, TaskBatch, read_text
 from .utils.provenance import git_commit
@@ -82,28 +82,30 @@ def sequence_metrics(model: TransformerLM, tokens: torch.Tensor, loss_mask: torc
 
 
 def result_rows(metrics: dict, *, split: str, length: int, method: str, seed, config: dict, **extra) -> list[dict]:
-    """One row per metric: {task, split, length, method, seed, metric, value, config, commit}."""
+    """One row per metric: {task, split, length, method, seed, metric, value, config, commit, **extra}."""
     base = {"task": "flipflop", "split": split, "length": length, "method": method, "seed": seed}
     return [
-        {**base, "metric": name, "value": metrics[name], **extra, "config": config, "commit": git_commit()}
-        for name in ("full_seq_acc", "read_acc", "loss", "sequences")
+        {**base, "metric": name, "value": value, **extra, "config": config, "commit": git_commit()}
+        for name, value in metrics.items()
     ]
 
 
 def evaluate_checkpoint(
-    checkpoint, data: str | Path | None = None, sequences: int = 1000, device: str = "cpu", method: str | None = None
+    checkpoint, data: str | Path | None = None, sequences: int = 1000, device: str = "cpu", length: int | None = None
 ) -> list[dict]:
-    """Rows for a checkpoint: the standard flip-flop splits, or the sequences of a text file."""
+    """Rows for a checkpoint: the standard flip-flop splits around its training length (or ``length``,
+    for a model saved with ``save_pretrained`` alone), or the sequences of a text file."""
     path = resolve_checkpoint(checkpoint)
     model = TransformerLM.from_pretrained(path, device=device).eval()
-    train_config, _ = load_train_state(path)
-    method = method or model.config.attention
-    common = {"method": method, "seed": train_config.get("seed"), "config": train_config}
-    batches: list[tuple[str, TaskBatch]]
+    train_config = load_train_state(path)[0] if (path / TRAIN_CONFIG_NAME).is_file() else {}
+    length = length or train_config.get("length")
+    if data is None and length is None:
+        raise ValueError(f"{path} has no training config to take the sequence length from; pass --length")
+    common = {"method": model.config.attention, "seed": train_config.get("seed"), "config": train_config}
     if data is not None:
         batches = [(Path(data).stem, batch) for batch in read_text(data)]
     else:
-        batches = [(split, batch) for split, _, batch in flipflop_test_sets(train_config["length"], sequences)]
+        batches = [(split, batch) for split, _, batch in flipflop_test_sets(length, sequences)]
     rows = []
     for split, batch in batches:
         metrics = sequence_metrics(model, batch.tokens.to(device), batch.loss_mask.to(device))

@@ -153,6 +153,32 @@ def validation_metrics(model: TransformerLM, config: TrainConfig, batch) -> dict
     return metrics
 
 
+def _restore(run_dir: Path, config: TrainConfig, resume: bool):
+    """(model, optimizer, step, train seconds so far): fresh, or from the run's latest checkpoint."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None and not resume:
+        raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue or use a new directory")
+    torch.manual_seed(config.seed)
+    if checkpoint is None:
+        if resume:
+            print(f"--resume: no checkpoint in {run_dir}; starting from step 0")
+        model = TransformerLM(config.model).to(config.device)
+        return model, build_optimizer(model, config), 0, 0.0
+    saved_config, state = load_train_state(checkpoint)
+    if saved_config != config.to_dict():
+        raise ValueError(
+            f"--resume: the config differs from the one saved in {checkpoint}; "
+            f"resume with the same settings or use a new output directory"
+        )
+    model = TransformerLM.from_pretrained(checkpoint, device=config.device)
+    optimizer = build_optimizer(model, config)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if "cuda_rng" in state:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return model, optimizer, state["step"], state.get("train_seconds", 0.0)
+
+
 def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True) -> Path:
     """Train (or continue training) a model in ``run_dir``; returns the final checkpoint directory.
 
@@ -162,52 +188,32 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progre
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
-    torch.manual_seed(config.seed)
-    model = TransformerLM(config.model).to(config.device)
-    optimizer = build_optimizer(model, config)
-    start = 0
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        saved_config, state = load_train_state(checkpoint)
-        if saved_config != config.to_dict():
-            raise ValueError(
-                f"--resume: the config differs from the one saved in {checkpoint}; "
-                f"resume with the same settings or use a new output directory"
-            )
-        model = TransformerLM.from_pretrained(checkpoint, device=config.device)
-        optimizer = build_optimizer(model, config)
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        start = state["step"]
-        seconds_before = state.get("train_seconds", 0.0)
-        # Drop log rows written after the checkpoint: they will be produced again.
-        kept = [row for row in read_jsonl(metrics_path) if row["step"] <= start]
-        atomic_write_text(metrics_path, "".join(json.dumps(row) + "\n" for row in kept))
-    elif resume:
-        print(f"--resume: no checkpoint in {run_dir}; starting from step 0")
-    if start == 0:
-        metrics_path.unlink(missing_ok=True)
+    model, optimizer, start, seconds_before = _restore(run_dir, config, resume)
+    # Log rows written after the checkpoint will be produced again.
+    kept = [row for row in read_jsonl(metrics_path) if row["step"] <= start] if start else []
+    atomic_write_text(metrics_path, "".join(json.dumps(row) + "\n" for row in kept))
     atomic_write_text(run_dir / "train_config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True))
-
-    if checkpoint is None:
-        seconds_before = 0.0
     task = config.task_instance()
     validation = task.sample(config.eval_sequences, config.length, _VALIDATION_SEED + config.seed)
+    t0 = time.perf_counter()
+
+    def seconds() -> float:
+        return seconds_before + time.perf_counter() - t0
 
     def save(step: int) -> Path:
         state = {
             "optimizer": optimizer.state_dict(),
             "rng": torch.get_rng_state(),
             "step": step,
-            "train_seconds": seconds_before + time.perf_counter() - t0,
+            "train_seconds": seconds(),
         }
+        if torch.device(config.device).type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
         return save_checkpoint(run_dir, step, model, config.to_dict(), state)
 
     model.train()
-    step = start
-    last_saved = start if checkpoint is not None else -1
+    step = last_saved = start
     bar = tqdm(total=config.steps, initial=start, disable=not progress, desc=run_dir.name, leave=False)
-    t0 = time.perf_counter()
     try:
         while step < config.steps:
             lr = learning_rate(config, step)
@@ -229,7 +235,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progre
                     "loss": loss.item(),
                     "lr": lr,
                     "grad_norm": grad_norm.item(),
-                    "elapsed_s": time.perf_counter() - t0,
+                    "elapsed_s": seconds(),
                 }
                 append_jsonl(metrics_path, row)
                 bar.set_postfix(loss=f"{row['loss']:.4f}")

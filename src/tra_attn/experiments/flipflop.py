@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..checkpoint import latest_checkpoint, load_train_state
 from ..config import ModelConfig
-from ..evaluate import evaluate_checkpoint
+from ..evaluate import evaluate_checkpoint, result_rows
 from ..layers import ATTENTION_LAYERS
 from ..train import TrainConfig, train
 from ..utils.atomic import atomic_write_text
@@ -134,28 +134,21 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
         return read_jsonl(rows_path)
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
-    rows = evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
     validation = [r for r in read_jsonl(directory / "metrics.jsonl") if "val_full_seq_acc" in r][-1]
-    extra = {"lr": config.lr}
-    rows = [{**r, **extra} for r in rows] + [
-        {
-            "task": "flipflop",
-            "split": "validation",
-            "length": config.length,
-            "method": config.model.attention,
-            "seed": config.seed,
-            "metric": name,
-            "value": value,
-            "lr": config.lr,
-            "config": config.to_dict(),
-            "commit": rows[0]["commit"],
-        }
-        for name, value in (
-            ("full_seq_acc", validation["val_full_seq_acc"]),
-            ("loss", validation["val_loss"]),
-            ("train_seconds", state["train_seconds"]),
-        )
+    common = {"method": config.model.attention, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
+    rows = [
+        {**r, "lr": config.lr} for r in evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
     ]
+    rows += result_rows(
+        {
+            "full_seq_acc": validation["val_full_seq_acc"],
+            "loss": validation["val_loss"],
+            "train_seconds": state["train_seconds"],
+        },
+        split="validation",
+        length=config.length,
+        **common,
+    )
     atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
     return rows
 
