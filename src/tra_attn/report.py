@@ -186,16 +186,34 @@ def write_flipflop_report(
     notes: str | Path | None = None,
     markdown: str | Path | None = None,
 ) -> Path:
-    """Build results.md (or ``markdown``) and accuracy.png in ``out`` from out/results.jsonl."""
+    """Build results.md (or ``markdown``) and accuracy.png in ``out`` from out/results.jsonl.
+
+    ``command`` and ``preset`` default to those recorded in out/run.json by ``tra flipflop``.
+    """
     out = Path(out)
     rows = read_jsonl(out / "results.jsonl")
     if not rows:
         raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra flipflop --out {out}` first")
+    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    command, preset = command or recorded.get("command", ""), preset or recorded.get("preset", "")
     markdown = Path(markdown) if markdown else out / "results.md"
     plot = out / "accuracy.png"
     plot_flipflop(rows, plot)
     config = rows[0]["config"]
     commits = sorted({r["commit"] for r in rows})
+    sweep = read_jsonl(out / "sweep.jsonl")
+    selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
+    used = {r["method"]: r["lr"] for r in rows}
+    if sweep:
+        mismatched = sorted(m for m in used if m in selected and selected[m] != used[m])
+        lr_note = (
+            "The learning rate of every method is the one selected on a held-out IID validation set by the "
+            "sweep below, never on the test splits."
+            if not mismatched
+            else f"Warning: the learning rates of {mismatched} differ from the sweep's selection below."
+        )
+    else:
+        lr_note = "Learning rates: the preset's."
     lines = ["# Flip-flop language modelling: TRA, ablations and baselines", ""]
     if command:
         lines += [f"Command: `{command}`  "]
@@ -209,14 +227,14 @@ def write_flipflop_report(
         f"training: {config['steps']} steps of batch {config['batch_size']} on {config['length']}-token "
         f"FFL({config['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), cosine schedule "
         f"with {config['warmup_steps']} warm-up steps, gradient clipping {config['grad_clip'] or 'off'}. "
-        "Every method shares the model, data, seeds and step budget; only the attention differs. The learning "
-        "rate per method was chosen on a held-out IID validation set, never on the test splits.",
+        f"Every method shares the model, data, seeds and step budget; only the attention differs. {lr_note}",
         "",
         "## Full-sequence accuracy (mean ± std over seeds)",
         "",
         "A sequence counts only if every read bit is predicted correctly. Test sets are shared by all methods "
         "and seeds; every test sequence ends with a read; longer splits hold fewer sequences, with the same "
-        "number of tokens as the training-length splits (see Test data).",
+        "number of tokens as the training-length splits (see Test data). Training minutes include the "
+        "periodic validation.",
         "",
         *markdown_table(rows, "full_seq_acc", with_time=True),
         "",
@@ -231,9 +249,7 @@ def write_flipflop_report(
         *data_statistics_table(rows),
         "",
     ]
-    sweep = read_jsonl(out / "sweep.jsonl")
     if sweep:
-        selected = json.loads((out / "selected_lrs.json").read_text())
         lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *sweep_table(sweep, selected), ""]
     if notes:
         lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]

@@ -211,5 +211,8 @@ def run_flipflop(
     if lrs and len(lrs) > 1:
         atomic_write_text(out / "sweep.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
-    write_flipflop_report(out, command=command, preset=f"{preset_name}: {preset.description}")
+    atomic_write_text(
+        out / "run.json", json.dumps({"command": command, "preset": f"{preset_name}: {preset.description}"})
+    )
+    write_flipflop_report(out)
     return out
