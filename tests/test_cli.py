@@ -85,6 +85,7 @@ def test_train_resume_and_eval_standard_splits(tmp_path, capsys):
         ["iid", "32"],
         ["iid", "64"],
         ["iid", "128"],
+        ["sparse", "128"],
     ]
 
 
@@ -116,6 +117,15 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     assert run(argv, capsys)[0] == 0
     assert (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime == mtime
     assert read_jsonl(out_dir / "results.jsonl") == rows
+    # A run evaluated before a test split existed is evaluated again from its final checkpoint.
+    eval_path = out_dir / "runs/nope/lr0.003-seed1/eval.jsonl"
+    stale = [r for r in read_jsonl(eval_path) if r["split"] != "sparse"]
+    eval_path.write_text("".join(json.dumps(r) + "\n" for r in stale))
+    assert run(argv, capsys)[0] == 0
+    assert read_jsonl(eval_path) == [
+        r for r in read_jsonl(out_dir / "results.jsonl") if r["method"] == "nope" and r["seed"] == 1
+    ]
+    assert sorted(map(json.dumps, read_jsonl(out_dir / "results.jsonl"))) == sorted(map(json.dumps, rows))
     notes = tmp_path / "notes.md"
     notes.write_text("TRA wins.")
     code, out, _ = run(["report", out_dir, "--notes", notes, "--markdown", tmp_path / "page.md"], capsys)

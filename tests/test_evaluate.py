@@ -74,6 +74,7 @@ def test_splits_and_sizes():
         ("iid", 0.8, 256),
         ("iid", 0.8, 512),
         ("iid", 0.8, 1024),
+        ("sparse", 0.98, 1024),
     ]
     assert [split_sequences(1000, 128, n) for n in (128, 256, 1024)] == [1000, 500, 125]
     assert eval_batch_size(128, 4) == 64 and eval_batch_size(1024, 4) == 1

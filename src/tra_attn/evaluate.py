@@ -33,10 +33,17 @@ def split_sequences(sequences: int, train_length: int, length: int) -> int:
 
 
 def flipflop_splits(length: int) -> list[tuple[str, float, int]]:
-    """(split, p_ignore, length): IID FFL(0.8), sparse FFL(0.98), dense FFL(0.1), then IID at 2x, 4x, 8x."""
-    return [("iid", 0.8, length), ("sparse", 0.98, length), ("dense", 0.1, length)] + [
-        ("iid", 0.8, factor * length) for factor in (2, 4, 8)
-    ]
+    """(split, p_ignore, length) of the test sets for a model trained on ``length``-token FFL(0.8).
+
+    IID FFL(0.8), sparse FFL(0.98) and dense FFL(0.1) at the training length, IID at 2x, 4x and 8x,
+    and sparse at 8x, where write-to-read gaps run far beyond anything seen in training. New splits
+    go at the end, so that every split keeps its seed.
+    """
+    return (
+        [("iid", 0.8, length), ("sparse", 0.98, length), ("dense", 0.1, length)]
+        + [("iid", 0.8, factor * length) for factor in (2, 4, 8)]
+        + [("sparse", 0.98, 8 * length)]
+    )
 
 
 def flipflop_test_sets(train_length: int, sequences: int) -> list[tuple[str, float, TaskBatch]]:

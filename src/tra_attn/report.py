@@ -63,8 +63,10 @@ def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
     """(column title, split, length): IID/sparse/dense at the training length, then longer IID lengths."""
     train_length = min(r["config"]["length"] for r in rows)
     cols = [(f"{split} ({train_length})", split, train_length) for split in ("iid", "sparse", "dense")]
-    longer = sorted({r["length"] for r in rows if r["split"] == "iid" and r["length"] > train_length})
-    return cols + [(f"iid {n // train_length}x ({n})", "iid", n) for n in longer]
+    for split in ("iid", "sparse", "dense"):
+        longer = sorted({r["length"] for r in rows if r["split"] == split and r["length"] > train_length})
+        cols += [(f"{split} {n // train_length}x ({n})", split, n) for n in longer]
+    return cols
 
 
 def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
@@ -136,6 +138,8 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cols = flipflop_columns(rows)
+    train_length = cols[0][2]
+    bar_cols = [c for c in cols if not (c[1] == "iid" and c[2] > train_length)]  # the density shifts
     values = collect(rows, "full_seq_acc")
     methods = ordered({r["method"] for r in rows})
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -143,9 +147,9 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     for i, method in enumerate(methods):
         color = METHOD_COLORS.get(method)
         label = METHOD_LABELS.get(method, method)
-        split_stats = [mean_std(values[(method, s, n)]) for _, s, n in cols[:3]]
+        split_stats = [mean_std(values[(method, s, n)]) for _, s, n in bar_cols]
         left.bar(
-            [j + (i - (len(methods) - 1) / 2) * width for j in range(3)],
+            [j + (i - (len(methods) - 1) / 2) * width for j in range(len(bar_cols))],
             [m for m, _ in split_stats],
             width,
             yerr=[s for _, s in split_stats],
@@ -163,11 +167,10 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
             label=label,
             capsize=2,
         )
-    left.set_xticks(range(3), [c[0] for c in cols[:3]])
+    left.set_xticks(range(len(bar_cols)), [c[0] for c in bar_cols])
     left.set_ylabel("full-sequence accuracy")
     left.set_ylim(0, 1.02)
-    left.set_title("Flip-flop splits at the training length")
-    train_length = cols[0][2]
+    left.set_title("IID, sparse and dense flip-flop")
     right.axvline(train_length, color="k", linestyle="--", linewidth=1)
     right.set_xscale("log", base=2)
     right.set_xlabel("test sequence length (tokens); dashed: training length")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..checkpoint import latest_checkpoint, load_train_state
 from ..config import ModelConfig
-from ..evaluate import evaluate_checkpoint, result_rows
+from ..evaluate import evaluate_checkpoint, flipflop_splits, result_rows
 from ..layers import ATTENTION_LAYERS
 from ..train import TrainConfig, train
 from ..utils.atomic import atomic_write_text
@@ -124,21 +124,33 @@ def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
     return out / "runs" / method / f"lr{lr:g}-seed{seed}"
 
 
+def test_rows(config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
+    """Test-split rows of a run's final checkpoint."""
+    checkpoint = latest_checkpoint(directory)
+    rows = evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
+    return [{**r, "lr": config.lr} for r in rows]
+
+
 def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress: bool) -> list[dict]:
     """Train and evaluate one run, or return its saved rows if it already finished with this config."""
     rows_path = directory / "eval.jsonl"
     saved = directory / "train_config.json"
     if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
         raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
+    expected = {(split, length) for split, _, length in flipflop_splits(config.length)}
     if rows_path.is_file():
-        return read_jsonl(rows_path)
+        rows = read_jsonl(rows_path)
+        if expected <= {(r["split"], r["length"]) for r in rows}:
+            return rows
+        # Evaluated before a test split existed: evaluate the final checkpoint again, keep the rest.
+        rows = [r for r in rows if r["split"] == "validation"] + test_rows(config, directory, eval_sequences)
+        atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
+        return rows
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
     validation = [r for r in read_jsonl(directory / "metrics.jsonl") if "val_full_seq_acc" in r][-1]
     common = {"method": config.model.attention, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
-    rows = [
-        {**r, "lr": config.lr} for r in evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
-    ]
+    rows = test_rows(config, directory, eval_sequences)
     rows += result_rows(
         {
             "full_seq_acc": validation["val_full_seq_acc"],
