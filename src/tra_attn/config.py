@@ -8,6 +8,15 @@ import math
 from dataclasses import dataclass
 
 
+def dataclass_from_dict(cls, data: dict):
+    """``cls(**data)``, refusing keys that are not fields of ``cls`` with an error that names them."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown fields {unknown}; expected a subset of {sorted(known)}")
+    return cls(**data)
+
+
 @dataclass
 class ModelConfig:
     """Decoder-only language model; ``attention`` picks the attention layer by registry name."""
@@ -68,11 +77,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"ModelConfig: unknown fields {unknown}; expected a subset of {sorted(known)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

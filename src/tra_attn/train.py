@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .checkpoint import latest_checkpoint, load_train_state, save_checkpoint
-from .config import ModelConfig
+from .config import ModelConfig, dataclass_from_dict
 from .model import TransformerLM
 from .tasks import make_task
 from .utils.atomic import atomic_write_text
@@ -100,11 +100,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"TrainConfig: unknown fields {unknown}; expected a subset of {sorted(known)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data)
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:

@@ -55,7 +55,17 @@ PRESETS = {
             eval_sequences=512,
             checkpoint_every=200,
         ),
-        lrs={method: 1e-3 for method in METHODS},
+        lrs={
+            "tra": 1e-2,
+            "nope": 1e-3,
+            "rope": 3e-3,
+            "alibi": 1e-3,
+            "fox": 3e-3,
+            "cope": 3e-3,
+            "tra_keygate": 1e-3,
+            "tra_nothreshold": 3e-3,
+            "tra_nodistance": 1e-3,
+        },
         seeds=(0,),
         eval_sequences=1000,
         description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64, 800 steps; at most about "
