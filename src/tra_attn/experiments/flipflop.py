@@ -1,10 +1,11 @@
 """The flip-flop comparison: TRA, its ablations and every baseline on the same data, seeds and budget.
 
 For each method, each learning rate and each seed: train, then evaluate on IID FFL(0.8), sparse
-FFL(0.98) and dense FFL(0.1) at the training length and on IID sequences 2x, 4x and 8x longer.
-With several learning rates, each method keeps the one with the best validation (IID, held-out)
-full-sequence accuracy, ties broken by validation loss; the test splits play no part in the
-choice. Finished runs are skipped and unfinished ones resume from their last checkpoint.
+FFL(0.98) and dense FFL(0.1) at the training length, on IID sequences 2x, 4x and 8x longer and on
+sparse sequences 8x longer. With several learning rates, each method keeps the one with the best
+validation (IID, held-out) full-sequence accuracy, ties broken by validation loss; the test splits
+play no part in the choice. Finished runs are skipped and unfinished ones resume from their last
+checkpoint.
 """
 
 from __future__ import annotations

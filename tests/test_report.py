@@ -1,0 +1,54 @@
+"""Report tables from hand-made result rows: columns, mean ± std over seeds, median time, unfit flags."""
+
+from tra_attn.report import flipflop_columns, markdown_table, unfit_methods
+
+
+def row(method, seed, split, length, metric, value):
+    return {
+        "method": method,
+        "seed": seed,
+        "lr": 1e-3,
+        "split": split,
+        "length": length,
+        "metric": metric,
+        "value": value,
+        "config": {"length": 8},
+    }
+
+
+def rows():
+    out = []
+    for seed, (val_a, val_b, minutes) in enumerate([(1.0, 0.5, 1.0), (1.0, 1.0, 2.0), (0.995, 1.0, 9.0)]):
+        out += [
+            row("tra", seed, "validation", 8, "full_seq_acc", val_a),
+            row("rope", seed, "validation", 8, "full_seq_acc", val_b),
+            row("tra", seed, "validation", 8, "train_seconds", 60 * minutes),
+            row("rope", seed, "validation", 8, "train_seconds", 60 * minutes),
+        ]
+        for split, length in [("iid", 8), ("sparse", 8), ("dense", 8), ("iid", 16), ("sparse", 64)]:
+            out += [row("tra", seed, split, length, "full_seq_acc", 1.0)]
+            out += [row("rope", seed, split, length, "full_seq_acc", [0.2, 0.4, 0.6][seed])]
+    return out
+
+
+def test_columns_put_the_training_length_first_then_each_splits_longer_lengths():
+    assert flipflop_columns(rows()) == [
+        ("iid (8)", "iid", 8),
+        ("sparse (8)", "sparse", 8),
+        ("dense (8)", "dense", 8),
+        ("iid 2x (16)", "iid", 16),
+        ("sparse 8x (64)", "sparse", 64),
+    ]
+
+
+def test_unfit_methods_are_those_below_the_fit_threshold_in_any_seed():
+    assert unfit_methods(rows()) == {"rope"}
+    nan_rows = [row("fox", 0, "validation", 8, "full_seq_acc", float("nan"))]
+    assert unfit_methods(nan_rows) == {"fox"}
+
+
+def test_table_cells_mean_std_over_seeds_and_median_minutes():
+    header, _, tra, rope = markdown_table(rows(), "full_seq_acc", with_time=True)
+    assert header.startswith("| method | lr | seeds | iid (8) |") and header.endswith("train minutes (median) |")
+    assert tra == "| TRA | 0.001 | 3 | " + "1.000 ± 0.000 | " * 5 + "2.0 |"
+    assert rope == "| RoPE † | 0.001 | 3 | " + "0.400 ± 0.200 | " * 5 + "2.0 |"
