@@ -52,3 +52,25 @@ def test_table_cells_mean_std_over_seeds_and_median_minutes():
     assert header.startswith("| method | lr | seeds | iid (8) |") and header.endswith("train minutes (median) |")
     assert tra == "| TRA | 0.001 | 3 | " + "1.000 ± 0.000 | " * 5 + "2.0 |"
     assert rope == "| RoPE † | 0.001 | 3 | " + "0.400 ± 0.200 | " * 5 + "2.0 |"
+
+
+def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
+    from tra_attn.experiments.flipflop import select_lrs
+
+    def val(method, lr, seed, acc, test_acc=0.0):
+        common = {"method": method, "lr": lr, "seed": seed, "length": 8, "metric": "full_seq_acc"}
+        return [{**common, "split": "validation", "value": acc}, {**common, "split": "iid", "value": test_acc}]
+
+    rows = (
+        val("tra", 1e-2, 0, 1.0)
+        + val("tra", 1e-3, 0, 1.0)
+        + val("tra", 3e-3, 0, 1.0)  # tie: smallest
+        + val("rope", 1e-3, 0, 0.9, test_acc=1.0)
+        + val("rope", 3e-3, 0, 0.95)  # test splits play no part
+        + val("cope", 1e-3, 0, 1.0)
+        + val("cope", 1e-3, 1, 0.2)
+        + val("cope", 3e-3, 0, 0.7)  # mean over seeds
+        + val("nope", 1e-3, 0, float("nan"))
+        + val("nope", 3e-3, 0, 0.0)  # NaN ranks below everything
+    )
+    assert select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
