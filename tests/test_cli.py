@@ -107,7 +107,7 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     ]
     code, out, _ = run(argv, capsys)
     assert code == 0
-    assert "| TRA |" in out and "| NoPE |" in out
+    assert re.search(r"^\| TRA( †)? \| 0.003 \| 2 \|", out, re.M) and re.search(r"^\| NoPE( †)? \|", out, re.M)
     rows = read_jsonl(out_dir / "results.jsonl")
     assert {(r["method"], r["seed"]) for r in rows} == {("tra", 0), ("tra", 1), ("nope", 0), ("nope", 1)}
     assert {"task", "split", "length", "method", "seed", "metric", "value", "config", "commit"} <= set(rows[0])
@@ -129,7 +129,9 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     notes = tmp_path / "notes.md"
     notes.write_text("TRA wins.")
     code, out, _ = run(["report", out_dir, "--notes", notes, "--markdown", tmp_path / "page.md"], capsys)
-    assert code == 0 and "## Discussion" in out and "TRA wins." in (tmp_path / "page.md").read_text()
+    page = (tmp_path / "page.md").read_text()
+    assert code == 0 and "## Discussion" in out and "TRA wins." in page
+    assert f"`tra report {out_dir} --notes {notes} --markdown {tmp_path / 'page.md'}`" in page
 
 
 def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):

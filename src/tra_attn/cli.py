@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_eval)
 
     fl = sub.add_parser("flipflop", help="the main job: TRA vs ablations vs baselines on flip-flop")
-    fl.add_argument("--preset", default="cpu", help="cpu (default) or paper (GPU)")
+    fl.add_argument("--preset", default="cpu", help="cpu (default), paper (GPU) or tiny (a smoke test)")
     fl.add_argument("--methods", nargs="+", help="default: all")
     fl.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     fl.add_argument("--steps", type=int, help="override the preset's training steps")

@@ -190,10 +190,21 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     right.set_xlabel("test sequence length (tokens); dashed: training length")
     right.set_ylim(0, 1.02)
     right.set_title("IID FFL(0.8) at longer lengths")
-    left.legend(fontsize=8, ncol=3, loc="lower left")
-    fig.tight_layout()
+    handles, labels = left.get_legend_handles_labels()
+    rows_of_legend = math.ceil(len(methods) / 5)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(methods), 5), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * rows_of_legend, 1, 1))  # room for the legend below both panels
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
+
+
+def report_command(out: Path, notes, markdown: Path) -> str:
+    command = f"tra report {out}"
+    if notes:
+        command += f" --notes {notes}"
+    if markdown != out / "results.md":
+        command += f" --markdown {markdown}"
+    return command
 
 
 def write_flipflop_report(
@@ -235,7 +246,7 @@ def write_flipflop_report(
     if command:
         lines += [f"Command: `{command}`  "]
     lines += [
-        f"Regenerate this page from the rows: `tra report {out}`  ",
+        f"Regenerate this page from the rows: `{report_command(out, notes, markdown)}`  ",
         f"Code: commit {', '.join(commits)}  ",
         f"Preset: {preset}" if preset else "",
         "",
