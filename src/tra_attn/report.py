@@ -250,7 +250,8 @@ def write_flipflop_report(
         f"Code: commit {', '.join(commits)}  ",
         f"Preset: {preset}" if preset else "",
         "",
-        f"Model: {config['model']['n_layers']} layers, d_model {config['model']['d_model']}, "
+        f"Model: {config['model']['n_layers']} layer{'s' * (config['model']['n_layers'] != 1)}, "
+        f"d_model {config['model']['d_model']}, "
         f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
         f"training: {config['steps']} steps of batch {config['batch_size']} on {config['length']}-token "
         f"FFL({config['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), cosine schedule "
