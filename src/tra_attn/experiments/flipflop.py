@@ -135,7 +135,7 @@ def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
     return out / "runs" / method / f"lr{lr:g}-seed{seed}"
 
 
-def test_rows(config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
+def evaluate_final_checkpoint(config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
     """Test-split rows of a run's final checkpoint."""
     checkpoint = latest_checkpoint(directory)
     rows = evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
@@ -154,14 +154,15 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
         if expected <= {(r["split"], r["length"]) for r in rows}:
             return rows
         # Evaluated before a test split existed: evaluate the final checkpoint again, keep the rest.
-        rows = [r for r in rows if r["split"] == "validation"] + test_rows(config, directory, eval_sequences)
+        validation = [r for r in rows if r["split"] == "validation"]
+        rows = validation + evaluate_final_checkpoint(config, directory, eval_sequences)
         atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
         return rows
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
     validation = [r for r in read_jsonl(directory / "metrics.jsonl") if "val_full_seq_acc" in r][-1]
     common = {"method": config.model.attention, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
-    rows = test_rows(config, directory, eval_sequences)
+    rows = evaluate_final_checkpoint(config, directory, eval_sequences)
     rows += result_rows(
         {
             "full_seq_acc": validation["val_full_seq_acc"],
