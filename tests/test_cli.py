@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tra_attn.cli import main
-from tra_attn.utils.jsonl import read_jsonl
+from tra_attn.utils.jsonl import read_jsonl, write_jsonl
 
 TINY_TRAIN = [
     "--d-model",
@@ -120,7 +120,7 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     # A run evaluated before a test split existed is evaluated again from its final checkpoint.
     eval_path = out_dir / "runs/nope/lr0.003-seed1/eval.jsonl"
     stale = [r for r in read_jsonl(eval_path) if r["split"] != "sparse"]
-    eval_path.write_text("".join(json.dumps(r) + "\n" for r in stale))
+    write_jsonl(eval_path, stale)
     assert run(argv, capsys)[0] == 0
     assert read_jsonl(eval_path) == [
         r for r in read_jsonl(out_dir / "results.jsonl") if r["method"] == "nope" and r["seed"] == 1

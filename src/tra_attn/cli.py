@@ -64,16 +64,15 @@ def cmd_train(args) -> None:
 
 def cmd_eval(args) -> None:
     from .evaluate import evaluate_checkpoint
-    from .utils.atomic import atomic_write_text
+    from .utils.jsonl import write_jsonl
 
     if args.sequences <= 0:
         raise ValueError(f"--sequences = {args.sequences}; expected a positive integer")
     rows = evaluate_checkpoint(
         args.checkpoint, data=args.data, sequences=args.sequences, device=args.device, length=args.length
     )
-    text = "".join(json.dumps(r) + "\n" for r in rows)
     if args.out:
-        atomic_write_text(args.out, text)
+        write_jsonl(args.out, rows)
     print("split      length  full_seq_acc  read_acc  sequences")
     table = {}
     for r in rows:

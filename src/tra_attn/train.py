@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .checkpoint import latest_checkpoint, load_train_state, save_checkpoint
+from .checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state, save_checkpoint
 from .config import ModelConfig, dataclass_from_dict
 from .model import TransformerLM
 from .tasks import make_task
 from .utils.atomic import atomic_write_text
-from .utils.jsonl import append_jsonl, read_jsonl
+from .utils.jsonl import append_jsonl, read_jsonl, write_jsonl
 
 _VALIDATION_SEED = 1_000_000_007  # validation sequences never coincide with a training batch seed
 
@@ -187,8 +187,8 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progre
     model, optimizer, start, seconds_before = _restore(run_dir, config, resume)
     # Log rows written after the checkpoint will be produced again.
     kept = [row for row in read_jsonl(metrics_path) if row["step"] <= start] if start else []
-    atomic_write_text(metrics_path, "".join(json.dumps(row) + "\n" for row in kept))
-    atomic_write_text(run_dir / "train_config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    write_jsonl(metrics_path, kept)
+    atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(config.to_dict(), indent=2, sort_keys=True))
     task = config.task_instance()
     validation = task.sample(config.eval_sequences, config.length, _VALIDATION_SEED + config.seed)
     t0 = time.perf_counter()

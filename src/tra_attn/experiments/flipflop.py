@@ -16,13 +16,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import latest_checkpoint, load_train_state
+from ..checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
 from ..config import ModelConfig
 from ..evaluate import evaluate_checkpoint, flipflop_splits, result_rows
 from ..layers import ATTENTION_LAYERS
 from ..train import TrainConfig, train
 from ..utils.atomic import atomic_write_text
-from ..utils.jsonl import read_jsonl
+from ..utils.jsonl import read_jsonl, write_jsonl
 from ..utils.provenance import git_commit
 
 METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope", "tra_keygate", "tra_nothreshold", "tra_nodistance")
@@ -145,7 +145,7 @@ def evaluate_final_checkpoint(config: TrainConfig, directory: Path, eval_sequenc
 def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress: bool) -> list[dict]:
     """Train and evaluate one run, or return its saved rows if it already finished with this config."""
     rows_path = directory / "eval.jsonl"
-    saved = directory / "train_config.json"
+    saved = directory / TRAIN_CONFIG_NAME
     if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
         raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
     expected = {(split, length) for split, _, length in flipflop_splits(config.length)}
@@ -156,7 +156,7 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
         # Evaluated before a test split existed: evaluate the final checkpoint again, keep the rest.
         validation = [r for r in rows if r["split"] == "validation"]
         rows = validation + evaluate_final_checkpoint(config, directory, eval_sequences)
-        atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
+        write_jsonl(rows_path, rows)
         return rows
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
@@ -173,7 +173,7 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
         length=config.length,
         **common,
     )
-    atomic_write_text(rows_path, "".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(rows_path, rows)
     return rows
 
 
@@ -231,9 +231,9 @@ def run_flipflop(
                 rows += run_one(config, directory, preset.eval_sequences, progress)
     selected = select_lrs(rows)
     results = [r for r in rows if r["lr"] == selected[r["method"]]]
-    atomic_write_text(out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
+    write_jsonl(out / "results.jsonl", results)
     if lrs and len(lrs) > 1:
-        atomic_write_text(out / "sweep.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        write_jsonl(out / "sweep.jsonl", rows)
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
     atomic_write_text(
         out / "run.json", json.dumps({"command": command, "preset": f"{preset_name}: {preset.description}"})

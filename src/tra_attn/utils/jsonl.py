@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .atomic import atomic_write_text
+
 
 def append_jsonl(path: str | Path, row: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def write_jsonl(path: str | Path, rows: list[dict]) -> None:
+    """Replace ``path`` with ``rows`` atomically: readers see the old file or the new one, never a mix."""
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
