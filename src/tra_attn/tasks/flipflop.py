@@ -87,7 +87,7 @@ class FlipFlop:
 
 
 def encode(line: str) -> torch.Tensor:
-    """'w1i0r1' -> token ids, validating the format (alternating instruction/bit, reads consistent)."""
+    """'w1i0r1' -> token ids, validating the format: (instruction, bit) pairs that start with a write."""
     text = line.strip()
     bad = sorted(set(text) - set(CHARS))
     if not text or bad or len(text) % 2:
