@@ -209,7 +209,13 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, progre
 
     model.train()
     step = last_saved = start
-    bar = tqdm(total=config.steps, initial=start, disable=not progress, desc=run_dir.name, leave=False)
+    bar = tqdm(
+        total=config.steps,
+        initial=start,
+        disable=not progress,
+        desc=f"{config.model.attention} {run_dir.name}",
+        leave=False,
+    )
     try:
         while step < config.steps:
             lr = learning_rate(config, step)
