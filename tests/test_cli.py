@@ -67,7 +67,7 @@ def test_data_then_eval_on_the_file(tmp_path, capsys):
     code, out, _ = run(["eval", "--checkpoint", tmp_path / "run", "--data", data, "--out", rows_path], capsys)
     assert code == 0 and "ff" in out
     rows = read_jsonl(rows_path)
-    assert {r["metric"] for r in rows} == {"full_seq_acc", "read_acc", "loss", "sequences", "reads"}
+    assert {r["metric"] for r in rows} == {"full_seq_acc", "token_acc", "loss", "sequences", "scored_tokens"}
     assert all(r["split"] == "ff" and r["length"] == 24 and r["method"] == "tra" for r in rows)
 
 
@@ -198,11 +198,14 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(argv, pattern, tmp_path
     assert not (tmp_path / "x.txt").exists()
 
 
-def test_eval_of_a_save_pretrained_model_needs_the_length(tmp_path, capsys):
+def test_eval_of_a_save_pretrained_model_needs_the_task_and_length(tmp_path, capsys):
     from tra_attn import ModelConfig, TransformerLM
 
     TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path)
     code, _, err = run(["eval", "--checkpoint", tmp_path, "--sequences", "8"], capsys)
+    assert code == 2 and "pass --task" in err
+    code, _, err = run(["eval", "--checkpoint", tmp_path, "--sequences", "8", "--task", "flipflop"], capsys)
     assert code == 2 and "pass --length" in err
-    code, out, _ = run(["eval", "--checkpoint", tmp_path, "--sequences", "8", "--length", "16"], capsys)
+    argv = ["eval", "--checkpoint", tmp_path, "--sequences", "8", "--task", "flipflop", "--length", "16"]
+    code, out, _ = run(argv, capsys)
     assert code == 0 and "sparse" in out

@@ -1,4 +1,4 @@
-"""Flip-flop metrics on hand-made cases: an exact solver with injected mistakes."""
+"""Masked-sequence metrics on hand-made flip-flop cases: an exact solver with injected mistakes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from tra_attn.evaluate import eval_batch_size, flipflop_splits, sequence_metrics, split_sequences
-from tra_attn.tasks.flipflop import ONE, READ, VOCAB_SIZE, WRITE, ZERO, FlipFlop
+from tra_attn.data.synthetic import split_sequences
+from tra_attn.data.synthetic.flipflop import ONE, READ, VOCAB_SIZE, WRITE, ZERO, FlipFlop, split_params
+from tra_attn.metrics import eval_batch_size, sequence_metrics
 
 
 class FlipFlopSolver(nn.Module):
@@ -17,7 +18,7 @@ class FlipFlopSolver(nn.Module):
 
     def __init__(self, mistakes=()):
         super().__init__()
-        self.config = SimpleNamespace(n_heads=1)
+        self.config = SimpleNamespace(n_heads=1, attention="tra")
         self.mistakes = set(mistakes)
         self.offset = 0  # row offset of the current batch
 
@@ -41,8 +42,8 @@ class FlipFlopSolver(nn.Module):
 def test_perfect_predictions():
     batch = FlipFlop(0.5, final_read=True).sample(12, 20, seed=0)
     m = sequence_metrics(FlipFlopSolver(), batch.tokens, batch.loss_mask)
-    assert m["full_seq_acc"] == 1.0 and m["read_acc"] == 1.0
-    assert m["sequences"] == 12 and m["reads"] == int(batch.loss_mask.sum())
+    assert m["full_seq_acc"] == 1.0 and m["token_acc"] == 1.0
+    assert m["sequences"] == 12 and m["scored_tokens"] == int(batch.loss_mask.sum())
     assert m["loss"] < 1e-3
 
 
@@ -55,7 +56,7 @@ def test_one_mistake_fails_the_whole_sequence():
     positions = [tuple(x) for x in reads if x[0] == first][:2] + [tuple(x) for x in reads if x[0] == second][:1]
     m = sequence_metrics(FlipFlopSolver(positions), batch.tokens, batch.loss_mask)
     assert m["full_seq_acc"] == 0.8
-    assert math.isclose(m["read_acc"], 1 - 3 / len(reads))
+    assert math.isclose(m["token_acc"], 1 - 3 / len(reads))
 
 
 def test_sequences_without_reads_are_left_out():
@@ -66,8 +67,8 @@ def test_sequences_without_reads_are_left_out():
     assert m["sequences"] == 1 and m["full_seq_acc"] == 1.0
 
 
-def test_splits_and_sizes():
-    assert flipflop_splits(128) == [
+def eval_splits_and_sizes():
+    assert split_params(128) == [
         ("iid", 0.8, 128),
         ("sparse", 0.98, 128),
         ("dense", 0.1, 128),
@@ -77,4 +78,13 @@ def test_splits_and_sizes():
         ("sparse", 0.98, 1024),
     ]
     assert [split_sequences(1000, 128, n) for n in (128, 256, 1024)] == [1000, 500, 125]
-    assert eval_batch_size(128, 4) == 64 and eval_batch_size(1024, 4) == 1
+
+
+def test_evaluation_batches_are_sized_per_attention_kind():
+    """A token budget for every kind; a (B, H, S, S) score budget only for kinds that materialise scores."""
+    from tra_attn import ModelConfig
+
+    tra, cope = ModelConfig(n_heads=4, attention="tra"), ModelConfig(n_heads=4, attention="cope")
+    assert eval_batch_size(tra, 128) == 128 and eval_batch_size(cope, 128) == 64
+    assert eval_batch_size(tra, 512) == 32 and eval_batch_size(cope, 512) == 4
+    assert eval_batch_size(tra, 1024) == 16 and eval_batch_size(cope, 1024) == 1

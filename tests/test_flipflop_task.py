@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tra_attn.tasks import make_task
-from tra_attn.tasks.flipflop import (
+from tra_attn.data.synthetic import make_task
+from tra_attn.data.synthetic.flipflop import (
     IGNORE,
     ONE,
     READ,
@@ -15,9 +15,7 @@ from tra_attn.tasks.flipflop import (
     FlipFlop,
     decode,
     encode,
-    read_text,
     statistics,
-    write_text,
 )
 
 
@@ -86,18 +84,18 @@ def test_statistics_show_long_gaps_in_the_sparse_split():
 def test_text_round_trip(tmp_path):
     batch = FlipFlop(0.8, final_read=True).sample(20, 30, seed=5)
     path = tmp_path / "ff.txt"
-    write_text(path, batch)
+    FlipFlop().write_text(path, batch)
     lines = path.read_text().splitlines()
     assert len(lines) == 20 and all(len(line) == 30 for line in lines)
     assert lines[0] == decode(batch.tokens[0])
-    (loaded,) = read_text(path)
+    (loaded,) = FlipFlop().read_text(path)
     assert torch.equal(loaded.tokens, batch.tokens) and torch.equal(loaded.loss_mask, batch.loss_mask)
 
 
 def test_read_text_groups_lengths(tmp_path):
     path = tmp_path / "mixed.txt"
     path.write_text("w1r1\nw0i1r0i1\nw1i0\n")
-    batches = read_text(path)
+    batches = FlipFlop().read_text(path)
     assert [b.tokens.shape for b in batches] == [(2, 4), (1, 8)]
 
 
@@ -117,15 +115,15 @@ def test_encode_rejects_malformed_lines(text, pattern):
 
 def test_read_text_rejects_bad_files(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
-        read_text(tmp_path / "missing.txt")
+        FlipFlop().read_text(tmp_path / "missing.txt")
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     with pytest.raises(ValueError, match="is empty"):
-        read_text(empty)
+        FlipFlop().read_text(empty)
     bad = tmp_path / "bad.txt"
     bad.write_text("w1r1\nw1q1\n")
     with pytest.raises(ValueError, match=r"bad.txt:2: flip-flop: malformed"):
-        read_text(bad)
+        FlipFlop().read_text(bad)
 
 
 @pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, "0.8"])

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tra_attn import ATTENTION_LAYERS, ModelConfig, TransformerLM
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 
-KINDS = sorted(ATTENTION_LAYERS)
+KINDS = sorted(ATTENTION_KINDS)
 
 
 def tiny_config(kind, **overrides):

@@ -1,6 +1,6 @@
 """Report tables from hand-made result rows: columns, mean ± std over seeds, median time, unfit flags."""
 
-from tra_attn.report import flipflop_columns, markdown_table, unfit_methods
+from tra_attn.experiments.flipflop.report import flipflop_columns, markdown_table, unfit_methods
 
 
 def row(method, seed, split, length, metric, value):
@@ -12,7 +12,7 @@ def row(method, seed, split, length, metric, value):
         "length": length,
         "metric": metric,
         "value": value,
-        "config": {"length": 8},
+        "config": {"version": 2, "length": 8},
     }
 
 
@@ -55,7 +55,7 @@ def test_table_cells_mean_std_over_seeds_and_median_minutes():
 
 
 def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
-    from tra_attn.experiments.flipflop import select_lrs
+    from tra_attn.experiments.flipflop.run import select_lrs
 
     def val(method, lr, seed, acc, test_acc=0.0):
         common = {"method": method, "lr": lr, "seed": seed, "length": 8, "metric": "full_seq_acc"}

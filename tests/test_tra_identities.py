@@ -1,4 +1,4 @@
-"""Identities between TRA and its neighbours (DESIGN.md section 1), on every implementation."""
+"""Identities between TRA and its neighbours (docs/op_contract.md section 6), on every implementation."""
 
 from __future__ import annotations
 

@@ -1,23 +1,33 @@
-"""Training: exact resume (also after Ctrl-C), schedule, config checks, checkpoints."""
+"""Training: exact resume (also after Ctrl-C at any point of a step), accumulation, schedule, configs, checkpoints."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from tra_attn import ModelConfig, TransformerLM
-from tra_attn.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
-from tra_attn.tasks.flipflop import FlipFlop
-from tra_attn.train import TrainConfig, learning_rate, train
+from tra_attn.training import TrainConfig, train
+from tra_attn.training.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
+from tra_attn.training.config import migrate
+from tra_attn.training.loop import accumulate_gradients, inputs_and_labels, training_batch
+from tra_attn.training.optim import learning_rate
 from tra_attn.utils.jsonl import read_jsonl
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def tiny(**overrides) -> TrainConfig:
     model = ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, attention="tra", dropout=0.1)
     base = dict(
+        task="flipflop",
+        task_args={"p_ignore": 0.8, "final_read": True},
         model=model,
         length=16,
         steps=8,
@@ -36,6 +46,11 @@ def weights(run_dir):
     return TransformerLM.from_pretrained(resolve_checkpoint(run_dir)).state_dict()
 
 
+def assert_same_weights(a, b):
+    for (name, x), y in zip(weights(a).items(), weights(b).values()):
+        assert torch.equal(x, y), name
+
+
 def losses(run_dir):
     return [(r["step"], r["loss"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
 
@@ -46,31 +61,93 @@ def test_resume_is_bit_identical(tmp_path):
     train(tiny(), resumed, progress=False)
     shutil.rmtree(resumed / "checkpoints" / "step_0000008")  # back to the step-4 checkpoint
     train(tiny(), resumed, resume=True, progress=False)
-    for (name, a), b in zip(weights(straight).items(), weights(resumed).values()):
-        assert torch.equal(a, b), name
+    assert_same_weights(straight, resumed)
     assert losses(straight) == losses(resumed)
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_finishes_identically(tmp_path, monkeypatch):
-    train(tiny(), tmp_path / "straight", progress=False)
+def sigint_during(monkeypatch, target, name, at_call):
+    """Deliver a real SIGINT from inside ``target.name`` on its ``at_call``-th call (1-based)."""
+    original = getattr(target, name)
     calls = {"n": 0}
-    original = FlipFlop.sample
 
-    def interrupt_at_step_6(self, num, length, seed):
-        if num == 4:  # training batches only
-            calls["n"] += 1
-            if calls["n"] == 7:
-                raise KeyboardInterrupt
-        return original(self, num, length, seed)
+    def wrapped(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(FlipFlop, "sample", interrupt_at_step_6)
+    monkeypatch.setattr(target, name, wrapped)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        (torch.optim.AdamW, "step", 6),  # inside the optimizer step of step 6
+        (TransformerLM, "forward", 7),  # inside the forward of step 6 (dropout has consumed RNG)
+    ],
+    ids=["optimizer-step", "forward-with-dropout"],
+)
+def test_ctrl_c_anywhere_in_a_step_checkpoints_a_whole_step_and_resumes_exactly(tmp_path, monkeypatch, where):
+    train(tiny(), tmp_path / "straight", progress=False)
+    target, name, at_call = where
+    # Forward calls: one per step, plus validation at step 4 (eval_every=4): step 6's forward is call 7.
+    sigint_during(monkeypatch, target, name, at_call)
     with pytest.raises(KeyboardInterrupt):
         train(tiny(), tmp_path / "run", progress=False)
-    monkeypatch.setattr(FlipFlop, "sample", original)
+    monkeypatch.undo()
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000004", "step_0000006"]
+    _, state = load_train_state(list_checkpoints(tmp_path / "run")[-1])
+    assert state["step"] == 6 and {float(s["step"]) for s in state["optimizer"]["state"].values()} == {6.0}
     train(tiny(), tmp_path / "run", resume=True, progress=False)
-    for (name, a), b in zip(weights(tmp_path / "straight").items(), weights(tmp_path / "run").values()):
-        assert torch.equal(a, b), name
+    assert_same_weights(tmp_path / "straight", tmp_path / "run")
+
+
+def test_second_ctrl_c_stops_at_once_without_saving_a_partial_step(tmp_path, monkeypatch):
+    original = torch.optim.AdamW.step
+
+    def two_interrupts(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt here, before the update
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", two_interrupts)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(), tmp_path, progress=False)
+    assert list_checkpoints(tmp_path) == []
+
+
+def test_gradient_accumulation_gives_the_gradient_of_the_whole_batch():
+    """Without dropout, 4 micro-batches of 2 give the gradient (and loss) of one batch of 8, to fp32 rounding.
+
+    Gradients are compared rather than weights after AdamW, whose first steps move every parameter by
+    about lr * sign(gradient) and so turn a rounding-level change of a near-zero gradient into lr."""
+    model_config = ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, attention="tra")
+    grads, losses_ = [], []
+    for accum in (1, 4):
+        config = tiny(model=model_config, batch_size=8, grad_accum=accum)
+        torch.manual_seed(0)
+        model = TransformerLM(model_config)
+        inputs, labels = inputs_and_labels(training_batch(config.task_instance(), config, step=3))
+        losses_.append(accumulate_gradients(model, config, inputs, labels).item())
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    assert losses_[0] == pytest.approx(losses_[1], rel=1e-6)
+    for name, whole in grads[0].items():
+        assert whole.abs().max() > 0, name
+        assert torch.allclose(whole, grads[1][name], rtol=1e-5, atol=1e-7), name
+
+
+def test_a_checkpoint_written_by_version_0_1_resumes_bit_identically(tmp_path):
+    """The fixture is the step-2 checkpoint of a 0.1.0 run (dropout 0.1); 0.1.0 itself went on to the
+    step-4 weights in v0_1_step4_expected.safetensors."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "v0_1_run", run)
+    saved = json.loads((run / "train_config.json").read_text())
+    assert "version" not in saved and "p_ignore" in saved  # a version-1 config
+    checkpoint = train(TrainConfig.from_dict(saved), run, resume=True, progress=False)
+    expected = load_file(FIXTURES / "v0_1_step4_expected.safetensors")
+    got = TransformerLM.from_pretrained(checkpoint).state_dict()
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
+    assert json.loads((run / "train_config.json").read_text())["version"] == 2
 
 
 def test_resume_with_a_different_config_is_refused(tmp_path):
@@ -102,10 +179,16 @@ def test_learning_rate_schedule():
     [
         ({"steps": 0}, r"TrainConfig\.steps = 0; expected a positive integer"),
         ({"lr": -1.0}, r"TrainConfig\.lr = -1\.0"),
+        ({"lr": True}, r"TrainConfig\.lr = True"),
         ({"min_lr_ratio": 2.0}, r"TrainConfig\.min_lr_ratio = 2\.0; expected a number in \[0, 1\]"),
-        ({"length": 15}, r"length = 15; expected an even number"),
-        ({"p_ignore": 1.0}, r"p_ignore = 1\.0; expected a probability"),
+        ({"length": 15}, r"length = 15; expected a positive even number"),
+        ({"task_args": {"p_ignore": 1.0}}, r"p_ignore = 1\.0; expected a probability"),
+        ({"task_args": {"rate": 1.0}}, r"task 'flipflop': unknown arguments \['rate'\]"),
+        ({"task_args": [0.8]}, r"task_args = \[0\.8\]; expected a dict"),
         ({"task": "copy"}, r"task = 'copy'"),
+        ({"grad_accum": 3}, r"grad_accum = 3; expected a divisor of batch_size = 4"),
+        ({"grad_accum": 0}, r"grad_accum = 0; expected a positive integer"),
+        ({"compile": "yes"}, r"compile = 'yes'; expected true or false"),
         ({"model": ModelConfig(vocab_size=4)}, r"vocab_size = 4; expected at least the flipflop vocabulary size 6"),
     ],
 )
@@ -114,11 +197,35 @@ def test_bad_train_config(overrides, pattern):
         tiny(**overrides)
 
 
-def test_train_config_round_trips_through_json():
+def test_train_config_round_trips_through_json_and_is_strict():
     config = tiny()
-    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    data = json.loads(json.dumps(config.to_dict()))
+    assert data["version"] == 2 and TrainConfig.from_dict(data) == config
     with pytest.raises(ValueError, match=r"unknown fields \['epochs'\]"):
-        TrainConfig.from_dict({**config.to_dict(), "epochs": 3})
+        TrainConfig.from_dict({**data, "epochs": 3})
+    without_lr = {k: v for k, v in data.items() if k != "lr"}
+    with pytest.raises(ValueError, match=r"missing fields \['lr'\]"):
+        TrainConfig.from_dict(without_lr)
+    assert TrainConfig.from_dict(without_lr, partial=True).lr == 1e-3
+    with pytest.raises(ValueError, match=r"version = 3; expected 1 or 2"):
+        TrainConfig.from_dict({**data, "version": 3})
+
+
+def test_version_1_configs_migrate():
+    v1 = json.loads((FIXTURES / "v0_1_run" / "train_config.json").read_text())
+    v2 = migrate(v1)
+    assert v2["task_args"] == {"p_ignore": 0.8, "final_read": True}
+    assert v2["grad_accum"] == 1 and v2["compile"] is False and "p_ignore" not in v2
+    assert TrainConfig.from_dict(v1).to_dict()["task_args"] == v2["task_args"]
+
+
+def test_bad_devices_are_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match=r"device = 'bogus'; expected 'cpu', 'cuda' or 'cuda:N'"):
+        train(tiny(device="bogus"), tmp_path / "a", progress=False)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device = 'cuda', but this machine has no CUDA device"):
+            train(tiny(device="cuda"), tmp_path / "b", progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_bf16_autocast_training_runs(tmp_path):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
     not CUDA and os.environ.get("TRITON_INTERPRET") != "1", reason="needs CUDA or TRITON_INTERPRET=1"
 )
 NAMES = ("out", "dq", "dk", "dv", "dgate")
-# The interpreter's tl.dot is wrong for bf16 (kernels.md section 3): bf16 only on a real GPU.
+# The interpreter's tl.dot is wrong for bf16 (docs/triton_notes.md): bf16 only on a real GPU.
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
 TOLERANCE = {torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
@@ -127,7 +127,7 @@ def test_gpu_bf16_long_sequences(d):
 
 
 def test_every_shipped_kernel_compiles_for_sm90_without_spills():
-    """AOT compilation with the triton wheel's own ptxas: no GPU needed (kernels.md section 3)."""
+    """AOT compilation with the triton wheel's own ptxas: no GPU needed (docs/triton_notes.md)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-m", "tra_attn.ops.tra.triton_aot", "--json"],

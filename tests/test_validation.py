@@ -60,7 +60,7 @@ def test_op_rejects_bad_options(kwargs, pattern):
 @pytest.mark.parametrize(
     "kwargs,pattern",
     [
-        ({"attention": "flash"}, r"ModelConfig\.attention = 'flash'; expected one of \['alibi', 'cope'"),
+        ({"attention": "flash"}, r"ModelConfig\.attention = 'flash'; expected one of \['tra', 'tra_keygate'"),
         ({"d_model": 30, "n_heads": 4}, r"ModelConfig\.d_model = 30; expected a multiple of n_heads = 4"),
         ({"n_heads": 0}, r"ModelConfig\.n_heads = 0; expected a positive integer"),
         ({"block_style": "postnorm"}, r"block_style = 'postnorm'; expected 'prenorm' or 'paper'"),
@@ -89,6 +89,12 @@ def test_model_config_from_dict_rejects_unknown_fields():
     ],
 )
 def test_model_rejects_bad_input_ids(ids, pattern):
+    """Shape and dtype on every forward; the id range (a host sync) at data boundaries and in generate."""
     model = TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2))
     with pytest.raises(ValueError, match=pattern):
-        model(ids)
+        model.check_input_ids(ids)
+    with pytest.raises(ValueError, match=pattern):
+        model.generate(ids, max_new_tokens=1)
+    if "span" not in pattern:
+        with pytest.raises(ValueError, match=pattern):
+            model(ids)

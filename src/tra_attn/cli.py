@@ -1,61 +1,122 @@
-"""The ``tra`` command: generate data, train, evaluate, run the flip-flop comparison, build reports."""
+"""The ``tra`` command: a thin dispatcher over data, training, evaluation, experiments and reports.
+
+Generic commands (``data``, ``train``, ``eval``, ``report``) work for every registered task; each
+experiment package adds its own commands (``tra <experiment>``), found by discovery.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
-from .config import ModelConfig
-from .train import TrainConfig
+from .data.synthetic import TASKS, make_task
+from .experiments import experiments
+from .models import ModelConfig
+from .training.config import TrainConfig, migrate
+from .utils.cli_help import HelpFormatter
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _default_of(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return None
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig and ModelConfig field (model fields by their own names)."""
-    group = parser.add_argument_group("config overrides (default: the TrainConfig / ModelConfig defaults)")
-    for cls in (TrainConfig, ModelConfig):
+    for cls, title in ((TrainConfig, "training"), (ModelConfig, "model")):
+        group = parser.add_argument_group(f"{title} (each flag overrides --config; unset flags keep its value)")
         for f in dataclasses.fields(cls):
-            if f.name == "model":
+            if f.name in ("model", "task", "task_args"):
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else None
+            default = _default_of(f)
+            shown = "the task's vocabulary size" if f.name == "vocab_size" else default
+            help_text = f"{f.metadata.get('help', '')} (default: {shown})"
             if isinstance(default, bool):
-                group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None)
+                group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
             else:
-                group.add_argument(_flag(f.name), type=type(default), default=None, metavar=type(default).__name__)
+                group.add_argument(
+                    _flag(f.name),
+                    type=type(default),
+                    default=None,
+                    metavar=type(default).__name__.upper(),
+                    help=help_text,
+                )
+
+
+def _parse_task_arg(text: str) -> tuple[str, object]:
+    """'rate=0.9' -> ('rate', 0.9): the value as JSON if it parses, else as a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(
+            f"--task-arg {text!r}; expected NAME=VALUE, e.g. rate=0.9 (see `tra data TASK --help`)"
+        )
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def _read_config_file(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError(f"--config {path} does not exist or is not a file; expected a TrainConfig JSON file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--config {path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"--config {path} holds a JSON {type(data).__name__}; expected an object of TrainConfig fields"
+        )
+    return data
 
 
 def _config_from_args(args) -> TrainConfig:
-    data = json.loads(Path(args.config).read_text()) if args.config else {}
+    data = migrate(_read_config_file(args.config)) if args.config else {}
     model = dict(data.pop("model", {}))
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:
             model[f.name] = getattr(args, f.name)
     for f in dataclasses.fields(TrainConfig):
-        if f.name != "model" and getattr(args, f.name, None) is not None:
+        if f.name not in ("model", "task_args") and getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
-    model.setdefault("vocab_size", 6)  # flip-flop's vocabulary
-    return TrainConfig.from_dict({**data, "model": model})
+    data.setdefault("task", next(iter(TASKS)))
+    if args.task_arg:
+        data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg)}
+    model.setdefault("vocab_size", make_task(data["task"], **data.get("task_args", {})).vocab_size)
+    return TrainConfig.from_dict({**data, "model": model}, partial=True)
+
+
+def check_output_file(path: Path, flag: str) -> Path:
+    """Before any work: ``path`` must not be a directory; its folder is created if missing."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; expected a file path")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: {path.parent} is a file; expected a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def cmd_data(args) -> None:
-    from .tasks.flipflop import FlipFlop, statistics, write_text
-
     if args.num <= 0:
         raise ValueError(f"--num = {args.num}; expected a positive number of sequences")
-    batch = FlipFlop(args.p_ignore, final_read=args.final_read).sample(args.num, args.length, args.seed)
-    write_text(args.out, batch)
-    print(json.dumps({"out": str(args.out), **statistics(batch)}))
+    task_cls = TASKS[args.task]
+    task = make_task(args.task, **{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls)})
+    check_output_file(args.out, "--out")
+    batch = task.sample(args.num, args.length, args.seed)
+    task.write_text(args.out, batch)
+    print(json.dumps({"out": str(args.out), **task.statistics(batch)}))
 
 
 def cmd_train(args) -> None:
-    from .train import train
+    from .training import train
 
     config = _config_from_args(args)
     checkpoint = train(config, args.out, resume=args.resume, progress=not args.no_progress)
@@ -63,102 +124,108 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from .evaluate import evaluate_checkpoint
+    from .training.evaluation import evaluate_checkpoint
     from .utils.jsonl import write_jsonl
 
-    if args.sequences <= 0:
-        raise ValueError(f"--sequences = {args.sequences}; expected a positive integer")
+    if args.out:
+        check_output_file(args.out, "--out")
     rows = evaluate_checkpoint(
-        args.checkpoint, data=args.data, sequences=args.sequences, device=args.device, length=args.length
+        args.checkpoint,
+        data=args.data,
+        sequences=args.sequences,
+        device=args.device,
+        length=args.length,
+        task=args.task,
     )
     if args.out:
         write_jsonl(args.out, rows)
-    print("split      length  full_seq_acc  read_acc  sequences")
+    print("split      length  full_seq_acc  token_acc  sequences")
     table = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
     for (split, length), m in table.items():
-        print(f"{split:<10} {length:>6}  {m['full_seq_acc']:>12.4f}  {m['read_acc']:>8.4f}  {int(m['sequences']):>9}")
-
-
-def cmd_flipflop(args) -> None:
-    from .experiments.flipflop import run_flipflop
-
-    command = "tra " + shlex.join(args.argv)
-    out = run_flipflop(
-        args.preset,
-        methods=args.methods,
-        seeds=args.seeds,
-        steps=args.steps,
-        lrs=args.lrs,
-        out=args.out,
-        device=args.device,
-        progress=not args.no_progress,
-        command=command,
-    )
-    print((out / "results.md").read_text())
+        print(f"{split:<10} {length:>6}  {m['full_seq_acc']:>12.4f}  {m['token_acc']:>9.4f}  {int(m['sequences']):>9}")
 
 
 def cmd_report(args) -> None:
-    from .report import write_flipflop_report
+    from .utils.jsonl import read_jsonl
 
-    path = write_flipflop_report(args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
+    rows = read_jsonl(args.results / "results.jsonl")
+    if not rows:
+        raise ValueError(f"{args.results / 'results.jsonl'} is missing or empty; expected the rows of an experiment")
+    found = experiments()
+    task = rows[0].get("task")
+    if task not in found:
+        raise ValueError(f"{args.results}: rows of task {task!r}; expected one of {sorted(found)}")
+    path = found[task].write_report(args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
     print(path.read_text())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tra", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_data_parser(sub) -> None:
     data = sub.add_parser("data", help="write generated task sequences to a text file")
-    data_sub = data.add_subparsers(dest="task", required=True)
-    ff = data_sub.add_parser("flipflop", help="FFL(p) sequences, one per line ('w1i0r1...')")
-    ff.add_argument("--p-ignore", type=float, default=0.8)
-    ff.add_argument("--length", type=int, default=512, help="tokens per sequence (even)")
-    ff.add_argument("--num", type=int, default=1000)
-    ff.add_argument("--seed", type=int, default=0)
-    ff.add_argument(
-        "--final-read",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="force the last instruction to be a read",
-    )
-    ff.add_argument("--out", type=Path, required=True)
-    ff.set_defaults(func=cmd_data)
+    data_sub = data.add_subparsers(dest="task", required=True, metavar="TASK")
+    for name, cls in TASKS.items():
+        p = data_sub.add_parser(name, help=(cls.__doc__ or name).strip().splitlines()[0], formatter_class=HelpFormatter)
+        for f in dataclasses.fields(cls):
+            if isinstance(f.default, bool):
+                p.add_argument(
+                    _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata.get("help")
+                )
+            else:
+                p.add_argument(_flag(f.name), type=type(f.default), default=f.default, help=f.metadata.get("help"))
+        p.add_argument("--length", type=int, default=512, help="tokens per sequence")
+        p.add_argument("--num", type=int, default=1000, help="number of sequences")
+        p.add_argument("--seed", type=int, default=0, help="the same seed gives the same sequences")
+        p.add_argument("--out", type=Path, required=True, help="text file to write, one sequence per line (required)")
+        p.set_defaults(func=cmd_data)
 
-    tr = sub.add_parser("train", help="train one model (flags override --config)")
-    tr.add_argument("--config", type=Path, help="a TrainConfig JSON (e.g. a run's train_config.json)")
-    tr.add_argument("--out", type=Path, required=True, help="run directory")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_parser(sub)
+
+    tr = sub.add_parser("train", help="train one model (flags override --config)", formatter_class=HelpFormatter)
+    tr.add_argument("--out", type=Path, required=True, help="run directory (required)")
+    tr.add_argument("--config", type=Path, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)")
     tr.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {next(iter(TASKS))})")
+    tr.add_argument(
+        "--task-arg",
+        type=_parse_task_arg,
+        action="append",
+        metavar="NAME=VALUE",
+        help="a task parameter, repeatable, as JSON or text; the task's parameters are the flags of "
+        "`tra data TASK --help` (default: the task's defaults)",
+    )
     _add_config_flags(tr)
     tr.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", help="evaluate a checkpoint on the flip-flop splits or on a data file")
-    ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory")
-    ev.add_argument("--data", type=Path, help="evaluate on these sequences instead (one per line)")
-    ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split")
+    ev = sub.add_parser(
+        "eval", help="evaluate a checkpoint on its task's test splits or on a data file", formatter_class=HelpFormatter
+    )
+    ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory (required)")
+    ev.add_argument("--data", type=Path, help="evaluate on these sequences instead, one per line (default: none)")
+    ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
     ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
-    ev.add_argument("--device", default="cpu")
-    ev.add_argument("--out", type=Path, help="write the result rows here (JSONL)")
+    ev.add_argument(
+        "--task", choices=sorted(TASKS), help="task, for a model saved without a training config (default: its run's)"
+    )
+    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
     ev.set_defaults(func=cmd_eval)
 
-    fl = sub.add_parser("flipflop", help="the main job: TRA vs ablations vs baselines on flip-flop")
-    fl.add_argument("--preset", default="cpu", help="cpu (default), paper (GPU) or tiny (a smoke test)")
-    fl.add_argument("--methods", nargs="+", help="default: all")
-    fl.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
-    fl.add_argument("--steps", type=int, help="override the preset's training steps")
-    fl.add_argument("--lrs", type=float, nargs="+", help="learning rates to sweep (default: the preset's per method)")
-    fl.add_argument("--out", type=Path, help="default: runs/flipflop_<preset>")
-    fl.add_argument("--device", default="cpu")
-    fl.add_argument("--no-progress", action="store_true")
-    fl.set_defaults(func=cmd_flipflop)
+    for experiment in experiments().values():
+        experiment.add_commands(sub)
 
-    rp = sub.add_parser("report", help="rebuild the Markdown table and plot of a flip-flop results directory")
-    rp.add_argument("results", type=Path)
-    rp.add_argument("--notes", type=Path, help="Markdown appended as a discussion section")
+    rp = sub.add_parser(
+        "report", help="rebuild the Markdown page and plot of a results directory", formatter_class=HelpFormatter
+    )
+    rp.add_argument("results", type=Path, help="directory holding results.jsonl")
+    rp.add_argument("--notes", type=Path, help="Markdown appended as a discussion section (default: none)")
     rp.add_argument("--markdown", type=Path, help="where to write the page (default: RESULTS/results.md)")
-    rp.add_argument("--command", help="the command that produced the rows, shown on the page")
+    rp.add_argument("--command", help="the command that produced the rows, shown on the page (default: run.json's)")
     rp.set_defaults(func=cmd_report)
     return parser
 

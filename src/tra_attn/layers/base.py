@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from ..config import ModelConfig
 from .cache import LayerCache
+
+if TYPE_CHECKING:  # the model config imports the layer registry
+    from ..models.config import ModelConfig
 
 
 class Attention(nn.Module):

@@ -1,4 +1,9 @@
-"""Key/value cache for incremental decoding: per layer, the keys and values seen so far."""
+"""Key/value cache for incremental decoding: per layer, preallocated buffers of the keys and values seen so far.
+
+Buffers grow geometrically (or are sized once by ``KVCache(n_layers, capacity)``), so decoding N tokens
+copies O(N) elements in total instead of the O(N^2) of concatenating at every step. The cache is an
+inference structure: its buffers are written in place, so it must not be used under autograd.
+"""
 
 from __future__ import annotations
 
@@ -8,32 +13,63 @@ import torch
 class LayerCache:
     """Keys and values (B, H, S, D) of one attention layer, plus optional per-key extras (B, H, S)."""
 
-    def __init__(self):
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-        self.extras: dict[str, torch.Tensor] = {}
+    def __init__(self, capacity: int = 0):
+        self.capacity = capacity  # positions to allocate on the first update (at least the first chunk)
+        self.length = 0
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self._extras: dict[str, torch.Tensor] = {}
 
     @property
-    def length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
+
+    @property
+    def extras(self) -> dict[str, torch.Tensor]:
+        return {name: buffer[..., : self.length] for name, buffer in self._extras.items()}
+
+    def _reserve(self, needed: int, keys: torch.Tensor, values: torch.Tensor, extras: dict) -> None:
+        """Make room for ``needed`` positions: allocate, or move to a buffer twice as large."""
+        allocated = 0 if self._keys is None else self._keys.shape[-2]
+        if needed <= allocated:
+            return
+        size = max(needed, self.capacity, 2 * allocated)
+
+        def grow(old: torch.Tensor | None, new: torch.Tensor, dim: int) -> torch.Tensor:
+            shape = list(new.shape)
+            shape[dim] = size
+            buffer = new.new_empty(shape)
+            if old is not None:
+                buffer.narrow(dim, 0, self.length).copy_(old.narrow(dim, 0, self.length))
+            return buffer
+
+        self._keys = grow(self._keys, keys, -2)
+        self._values = grow(self._values, values, -2)
+        self._extras = {name: grow(self._extras.get(name), value, -1) for name, value in extras.items()}
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, **extras: torch.Tensor):
         """Append new positions; return all keys, values and extras including the new ones."""
-        if self.keys is None:
-            self.keys, self.values, self.extras = keys, values, dict(extras)
-        else:
-            self.keys = torch.cat([self.keys, keys], dim=-2)
-            self.values = torch.cat([self.values, values], dim=-2)
-            for name, value in extras.items():
-                self.extras[name] = torch.cat([self.extras[name], value], dim=-1)
+        if self._keys is not None and set(extras) != set(self._extras):
+            raise ValueError(f"LayerCache.update: extras {sorted(extras)}; expected {sorted(self._extras)}")
+        start, new = self.length, keys.shape[-2]
+        self._reserve(start + new, keys, values, extras)
+        self._keys[:, :, start : start + new] = keys
+        self._values[:, :, start : start + new] = values
+        for name, value in extras.items():
+            self._extras[name][..., start : start + new] = value
+        self.length = start + new
         return self.keys, self.values, self.extras
 
 
 class KVCache:
-    """One LayerCache per layer of a model."""
+    """One LayerCache per layer of a model; ``capacity`` preallocates that many positions per layer."""
 
-    def __init__(self, n_layers: int):
-        self.layers = [LayerCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, capacity: int = 0):
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
 
     def __getitem__(self, index: int) -> LayerCache:
         return self.layers[index]

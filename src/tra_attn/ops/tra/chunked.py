@@ -9,7 +9,7 @@ already seen to its right, so the contextual distance of a key is
 Inside a strip the key block is stored reversed, which turns that in-block reverse count into a
 plain cumulative sum. The softmax is accumulated online (running max, normaliser and output), the
 forward saves the log-sum-exp per row (+inf for rows with no kept key) and the backward recomputes
-each strip once, producing the complete dK/dV of its key block. See kernels.md sections 2-3.
+each strip once, producing the complete dK/dV of its key block. See docs/carry.md and docs/backward.md.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 class _Pruning:
-    """Early exit (kernels.md 2.6): a row stops once the attention mass left of it is below exp(-tau).
+    """Early exit (docs/early_exit.md): a row stops once the attention mass left of it is below exp(-tau).
 
     Unvisited kept keys of row i have counts carry_i + 1, carry_i + 2, ... and scores at most
     smax_i, so their share of the softmax is at most exp(smax_i + g_i (carry_i + 1) - m_i) / (1 - e^g_i).

@@ -22,8 +22,12 @@ def _fail(argument: str, value, expected: str):
     raise ValueError(f"threshold_relative_attention: {argument} = {value}; expected {expected}")
 
 
-def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None) -> None:
-    """Raise ValueError naming the argument, its value and what was expected."""
+def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True) -> None:
+    """Raise ValueError naming the argument, its value and what was expected.
+
+    Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
+    check that needs the data (log_gate <= 0), which synchronises with the device.
+    """
     for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
         if not isinstance(t, torch.Tensor):
             _fail(name, type(t).__name__, "a torch.Tensor")
@@ -59,7 +63,7 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None) -
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
         if q.shape[-1] > 128:
             _fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
-    if log_gate.numel() and bool((log_gate > 0).any()):
+    if check_values and log_gate.numel() and bool((log_gate > 0).any()):
         _fail("log_gate", f"max {log_gate.max().item():.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
 
 
@@ -73,6 +77,7 @@ def threshold_relative_attention(
     threshold: float = 0.0,
     impl: str = "auto",
     prune_tau: float | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
 
@@ -88,12 +93,17 @@ def threshold_relative_attention(
             all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
             moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
             Exact TRA when None (and always for "naive").
+        validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
+            synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
+            non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
+            torch.compile it is skipped. Shapes, dtypes and options are always checked.
 
     Returns:
         (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
         counts the kept keys in [j, i]; a query with no kept key outputs exactly 0.
     """
-    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau)
+    check_values = validate and not torch.compiler.is_compiling()
+    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     prune_tau = None if prune_tau is None else float(prune_tau)
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it.

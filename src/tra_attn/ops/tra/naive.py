@@ -49,7 +49,7 @@ def tra_naive(
     scale: float,
     threshold: float,
 ) -> torch.Tensor:
-    """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see DESIGN.md section 1."""
+    """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md."""
     cdt = compute_dtype(q.dtype)
     qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
     scores = scale * (qc @ kc.transpose(-1, -2))

@@ -4,7 +4,7 @@ The keys are cut into splits that are attended independently (in parallel on a G
 contextual counts local to its split. A key in split s is preceded, on its right, by the kept keys
 of every later split, so its true count is its local count plus that number n_right(s); in the
 logits that is a constant shift g * n_right(s) per split and row. Merging the splits' (lse, out)
-pairs with those shifts reproduces exact TRA (kernels.md section 5).
+pairs with those shifts reproduces exact TRA (derivation: docs/split_kv.md).
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Both kernels are query-major: one program per (query block, batch * head). Key blocks are visited
 from the diagonal leftwards, and each query row carries the number of kept keys already seen to its
 right, so the contextual distance of a key is ``carry + (kept keys of the row inside the tile at or
-right of it)`` (kernels.md section 2). The forward runs an online softmax in base 2 (log2(e) folded
+right of it)`` (docs/carry.md). The forward runs an online softmax in base 2 (log2(e) folded
 into the scores and the gate) and stores per row the natural-log LSE (+inf for rows with no kept
 key) and the number of kept keys, and per query block the lowest key block it visited. With
-pruning on, a query block stops once the bound of kernels.md section 2.6 proves that the attention
+pruning on, a query block stops once the bound of docs/early_exit.md proves that the attention
 mass left of it is below exp(-tau) for every row. The backward visits exactly the same key blocks,
-recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics.
+recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics (docs/backward.md).
 
 This file is excluded from the code formatter: kernel signatures stay compact on purpose.
 """

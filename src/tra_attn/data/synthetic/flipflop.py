@@ -13,24 +13,17 @@ Token ids follow the TRA authors' notebook: [PAD]=0, w=1, r=2, i=3, '0'=4, '1'=5
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
+
+from .base import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 CHARS = "wri01"
 PAD, WRITE, READ, IGNORE, ZERO, ONE = range(6)
 VOCAB_SIZE = 6
 _CHAR_TO_ID = {c: i + 1 for i, c in enumerate(CHARS)}
 _ID_TO_CHAR = {i: c for c, i in _CHAR_TO_ID.items()}
-
-
-@dataclass
-class TaskBatch:
-    """tokens (N, L) int64 and loss_mask (N, L) bool: True at the tokens that are scored (read bits)."""
-
-    tokens: torch.Tensor
-    loss_mask: torch.Tensor
 
 
 def check_p_ignore(p_ignore) -> float:
@@ -52,17 +45,38 @@ def read_mask(tokens: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def split_params(length: int) -> list[tuple[str, float, int]]:
+    """(split, p_ignore, length) of the test sets for a model trained on ``length``-token FFL(0.8).
+
+    IID FFL(0.8), sparse FFL(0.98) and dense FFL(0.1) at the training length, IID at 2x, 4x and 8x,
+    and sparse at 8x, where write-to-read gaps run far beyond anything seen in training. New splits
+    go at the end, so that every split keeps its seed.
+    """
+    return (
+        [("iid", 0.8, length), ("sparse", 0.98, length), ("dense", 0.1, length)]
+        + [("iid", 0.8, factor * length) for factor in (2, 4, 8)]
+        + [("sparse", 0.98, 8 * length)]
+    )
+
+
+@register_task
 @dataclass(frozen=True)
-class FlipFlop:
+class FlipFlop(Task):
     """The FFL(p_ignore) distribution over sequences of any even length."""
 
-    p_ignore: float = 0.8
-    final_read: bool = False
+    p_ignore: float = field(default=0.8, metadata={"help": "probability of an ignore instruction"})
+    final_read: bool = field(default=False, metadata={"help": "force the last instruction to be a read"})
 
+    name = "flipflop"
     vocab_size = VOCAB_SIZE
 
     def __post_init__(self):
         check_p_ignore(self.p_ignore)
+        if not isinstance(self.final_read, bool):
+            raise ValueError(f"flip-flop: final_read = {self.final_read!r}; expected true or false")
+
+    def check_length(self, length) -> int:
+        return check_length(length)
 
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
@@ -85,6 +99,31 @@ class FlipFlop:
         tokens = torch.stack([instr, bits + ZERO], dim=2).view(num, length)
         return TaskBatch(tokens, read_mask(tokens))
 
+    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
+        """Every split of ``split_params``; each sequence ends with a read, seeds shared by all runs."""
+        return [
+            EvalSplit(
+                split,
+                {"p_ignore": p},
+                FlipFlop(p, final_read=True).sample(
+                    split_sequences(sequences, train_length, length), length, TEST_SEED + index
+                ),
+            )
+            for index, (split, p, length) in enumerate(split_params(train_length))
+        ]
+
+    def encode_text(self, line: str) -> torch.Tensor:
+        return encode(line)
+
+    def decode_text(self, tokens: torch.Tensor) -> str:
+        return decode(tokens)
+
+    def loss_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        return read_mask(tokens)
+
+    def statistics(self, batch: TaskBatch) -> dict:
+        return statistics(batch)
+
 
 def encode(line: str) -> torch.Tensor:
     """'w1i0r1' -> token ids, validating the format: (instruction, bit) pairs that start with a write."""
@@ -105,35 +144,6 @@ def encode(line: str) -> torch.Tensor:
 
 def decode(tokens: torch.Tensor) -> str:
     return "".join(_ID_TO_CHAR[int(t)] for t in tokens)
-
-
-def write_text(path: str | Path, batch: TaskBatch) -> None:
-    """One sequence per line ('w1i0r1...'), written atomically."""
-    from ..utils.atomic import atomic_write_text
-
-    atomic_write_text(path, "".join(decode(row) + "\n" for row in batch.tokens))
-
-
-def read_text(path: str | Path) -> list[TaskBatch]:
-    """Sequences from a text file, grouped into one batch per sequence length."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"flip-flop: data file {path} does not exist")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if not lines:
-        raise ValueError(f"flip-flop: data file {path} is empty; expected one sequence per line")
-    by_length: dict[int, list[torch.Tensor]] = {}
-    for number, line in enumerate(lines, 1):
-        try:
-            tokens = encode(line)
-        except ValueError as err:
-            raise ValueError(f"{path}:{number}: {err}") from None
-        by_length.setdefault(len(tokens), []).append(tokens)
-    batches = []
-    for length in sorted(by_length):
-        tokens = torch.stack(by_length[length])
-        batches.append(TaskBatch(tokens, read_mask(tokens)))
-    return batches
 
 
 def statistics(batch: TaskBatch) -> dict[str, float]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .model import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
-from .utils.atomic import usual_mode
+from ..models import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
+from ..utils.atomic import usual_mode
 
 TRAIN_CONFIG_NAME = "train_config.json"
 TRAIN_STATE_NAME = "train_state.pt"

@@ -1,4 +1,4 @@
-"""Tables and plots from result rows (JSONL): nothing here trains or evaluates a model.
+"""The flip-flop page: tables and plot from result rows (JSONL); nothing here trains or evaluates a model.
 
 ``tra report DIR`` rebuilds DIR/results.md and DIR/accuracy.png from DIR/results.jsonl.
 """
@@ -8,55 +8,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics as stats
 from collections import defaultdict
 from pathlib import Path
 
-from .utils.atomic import atomic_write, atomic_write_text
-from .utils.jsonl import read_jsonl
-
-METHOD_ORDER = ("tra", "tra_keygate", "tra_nothreshold", "tra_nodistance", "nope", "rope", "alibi", "fox", "cope")
-METHOD_LABELS = {
-    "tra": "TRA",
-    "tra_keygate": "TRA, gate at key",
-    "tra_nothreshold": "TRA, no threshold",
-    "tra_nodistance": "TRA, no distance",
-    "nope": "NoPE",
-    "rope": "RoPE",
-    "alibi": "ALiBi",
-    "fox": "FoX",
-    "cope": "CoPE",
-}
-METHOD_COLORS = {
-    "tra": "#d62728",
-    "tra_keygate": "#ff9896",
-    "tra_nothreshold": "#e377c2",
-    "tra_nodistance": "#8c564b",
-    "nope": "#7f7f7f",
-    "rope": "#1f77b4",
-    "alibi": "#2ca02c",
-    "fox": "#ff7f0e",
-    "cope": "#9467bd",
-}
-
-
-def ordered(methods) -> list[str]:
-    known = [m for m in METHOD_ORDER if m in methods]
-    return known + sorted(set(methods) - set(known))
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return math.nan, math.nan
-    return stats.fmean(values), (stats.stdev(values) if len(values) > 1 else 0.0)
-
-
-def fmt(values: list[float], digits: int = 3) -> str:
-    mean, std = mean_std(values)
-    if math.isnan(mean):
-        return "n/a"
-    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+from ...data.synthetic.flipflop import FlipFlop
+from ...utils.atomic import atomic_write, atomic_write_text
+from ...utils.jsonl import read_jsonl
+from ..tables import color, fmt, label, mean_std, ordered
+from .rows import upgrade_rows
 
 
 def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -101,8 +60,8 @@ def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
     header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train minutes (median)"] if with_time else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in ordered({r["method"] for r in rows}):
-        label = METHOD_LABELS.get(method, method) + (" †" if method in unfit else "")
-        cells = [label, f"{lr[method]:g}", str(len(seeds[method]))]
+        name = label(method) + (" †" if method in unfit else "")
+        cells = [name, f"{lr[method]:g}", str(len(seeds[method]))]
         cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
         if with_time:
             minutes = sorted(s / 60 for s in seconds[(method, "validation", cols[0][2])])
@@ -113,19 +72,18 @@ def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
 
 def data_statistics_table(rows: list[dict]) -> list[str]:
     """Reads per sequence and write-to-read gaps of every test split (regenerated from its seed)."""
-    from .evaluate import flipflop_test_sets
-    from .tasks.flipflop import statistics
-
     train_length = min(r["config"]["length"] for r in rows)
     sequences = max(int(r["value"]) for r in rows if r["metric"] == "sequences")
     lines = [
         "| split | p_ignore | length | sequences | reads / sequence | mean gap (tokens) | max gap (tokens) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for split, p, batch in flipflop_test_sets(train_length, sequences):
-        s = statistics(batch)
+    task = FlipFlop()
+    for test in task.eval_splits(train_length, sequences):
+        s = task.statistics(test.batch)
         lines.append(
-            f"| {split} | {p} | {s['length']} | {s['sequences']} | {s['reads_per_sequence']:.1f} | "
+            f"| {test.split} | {test.params['p_ignore']} | {s['length']} | {s['sequences']} | "
+            f"{s['reads_per_sequence']:.1f} | "
             f"{s['mean_gap']:.1f} | {s['max_gap']:.0f} |"
         )
     return lines
@@ -140,7 +98,7 @@ def sweep_table(sweep: list[dict], selected: dict[str, float]) -> list[str]:
     lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
     for method in ordered(by_lr):
         cells = [fmt(by_lr[method].get(lr, [])) for lr in lrs]
-        lines.append(f"| {METHOD_LABELS.get(method, method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
+        lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
     return lines
 
 
@@ -159,16 +117,15 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
-        color = METHOD_COLORS.get(method)
-        label = METHOD_LABELS.get(method, method)
+        method_color, method_label = color(method), label(method)
         split_stats = [mean_std(values[(method, s, n)]) for _, s, n in bar_cols]
         left.bar(
             [j + (i - (len(methods) - 1) / 2) * width for j in range(len(bar_cols))],
             [m for m, _ in split_stats],
             width,
             yerr=[s for _, s in split_stats],
-            color=color,
-            label=label,
+            color=method_color,
+            label=method_label,
             capsize=2,
         )
         length_cols = [(n, mean_std(values[(method, "iid", n)])) for _, s, n in cols if s == "iid"]
@@ -176,9 +133,9 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
             [n for n, _ in length_cols],
             [m for _, (m, _) in length_cols],
             yerr=[s for _, (_, s) in length_cols],
-            color=color,
+            color=method_color,
             marker="o",
-            label=label,
+            label=method_label,
             capsize=2,
         )
     left.set_xticks(range(len(bar_cols)), [c[0] for c in bar_cols])
@@ -207,7 +164,7 @@ def report_command(out: Path, notes, markdown: Path) -> str:
     return command
 
 
-def write_flipflop_report(
+def write_report(
     out: str | Path,
     command: str = "",
     preset: str = "",
@@ -219,7 +176,7 @@ def write_flipflop_report(
     ``command`` and ``preset`` default to those recorded in out/run.json by ``tra flipflop``.
     """
     out = Path(out)
-    rows = read_jsonl(out / "results.jsonl")
+    rows = upgrade_rows(read_jsonl(out / "results.jsonl"))
     if not rows:
         raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra flipflop --out {out}` first")
     recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
@@ -229,7 +186,7 @@ def write_flipflop_report(
     plot_flipflop(rows, plot)
     config = rows[0]["config"]
     commits = sorted({r["commit"] for r in rows})
-    sweep = read_jsonl(out / "sweep.jsonl")
+    sweep = upgrade_rows(read_jsonl(out / "sweep.jsonl"))
     selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
     used = {r["method"]: r["lr"] for r in rows}
     if sweep:
@@ -254,7 +211,8 @@ def write_flipflop_report(
         f"d_model {config['model']['d_model']}, "
         f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
         f"training: {config['steps']} steps of batch {config['batch_size']} on {config['length']}-token "
-        f"FFL({config['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), cosine schedule "
+        f"FFL({config['task_args']['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), "
+        "cosine schedule "
         f"with {config['warmup_steps']} warm-up steps, gradient clipping {config['grad_clip'] or 'off'}. "
         f"Every method shares the model, data, seeds and step budget; only the attention differs. {lr_note}",
         "",
@@ -281,7 +239,7 @@ def write_flipflop_report(
         "",
         "## Per-read accuracy",
         "",
-        *markdown_table(rows, "read_acc", with_time=False),
+        *markdown_table(rows, "token_acc", with_time=False),
         "",
         "## Test data",
         "",

@@ -13,122 +13,38 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
-from ..config import ModelConfig
-from ..evaluate import evaluate_checkpoint, flipflop_splits, result_rows
-from ..layers import ATTENTION_LAYERS
-from ..train import TrainConfig, train
-from ..utils.atomic import atomic_write_text
-from ..utils.jsonl import read_jsonl, write_jsonl
-from ..utils.provenance import git_commit
-
-METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope", "tra_keygate", "tra_nothreshold", "tra_nodistance")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A model size, training recipe, learning rate per method, seeds and test-set size."""
-
-    model: dict
-    train: dict
-    lrs: dict[str, float]
-    seeds: tuple[int, ...]
-    eval_sequences: int
-    description: str
-
-
-PRESETS = {
-    # Learning rates per method: the selection on validation data of the sweep
-    # `tra flipflop --lrs 1e-3 3e-3 1e-2 --seeds 0 --out results/flipflop_cpu` (its selected_lrs.json).
-    "cpu": Preset(
-        model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
-        train=dict(
-            length=128,
-            steps=800,
-            batch_size=64,
-            warmup_steps=50,
-            weight_decay=0.01,
-            grad_clip=1.0,
-            eval_every=100,
-            eval_sequences=512,
-            checkpoint_every=200,
-        ),
-        lrs={
-            "tra": 1e-3,
-            "nope": 1e-3,
-            "rope": 3e-3,
-            "alibi": 1e-3,
-            "fox": 1e-3,
-            "cope": 3e-3,
-            "tra_keygate": 1e-3,
-            "tra_nothreshold": 1e-3,
-            "tra_nodistance": 1e-3,
-        },
-        seeds=(0,),
-        eval_sequences=1000,
-        description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64, 800 steps; at most about "
-        "6 minutes per run on 2 CPU cores",
-    ),
-    # A smoke test of the whole pipeline: seconds on a CPU, no meaningful accuracy.
-    "tiny": Preset(
-        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
-        train=dict(
-            length=16,
-            steps=20,
-            batch_size=8,
-            warmup_steps=2,
-            weight_decay=0.01,
-            grad_clip=1.0,
-            eval_every=10,
-            eval_sequences=32,
-            checkpoint_every=10,
-        ),
-        lrs={method: 3e-3 for method in METHODS},
-        seeds=(0,),
-        eval_sequences=64,
-        description="smoke test (1 layer, d_model 16, 16-token sequences, 20 steps)",
-    ),
-    # DESIGN.md section 4: the TRA authors' notebook recipe (a GPU job).
-    "paper": Preset(
-        model=dict(d_model=256, n_layers=4, n_heads=4, block_style="paper", dropout=0.01, cope_max_pos=512),
-        train=dict(
-            length=512,
-            steps=25_000,
-            batch_size=64,
-            warmup_steps=0,
-            weight_decay=0.01,
-            grad_clip=0.0,
-            eval_every=1000,
-            eval_sequences=1000,
-            checkpoint_every=1000,
-            precision="bf16",
-        ),
-        lrs={method: 1e-4 for method in METHODS},
-        seeds=(0, 1, 2, 3),
-        eval_sequences=4000,
-        description="4 layers, d_model 256, 4 heads; 512-token FFL(0.8), batch 64, 25,000 steps, AdamW 1e-4, "
-        "bf16 autocast (a GPU job: --device cuda)",
-    ),
-}
+from ...data.synthetic.flipflop import FlipFlop, split_params
+from ...layers import ATTENTION_KINDS
+from ...models import ModelConfig
+from ...training import TrainConfig, train
+from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
+from ...training.evaluation import evaluate_checkpoint, result_rows
+from ...training.loop import METRICS_NAME
+from ...utils.atomic import atomic_write_text
+from ...utils.jsonl import read_jsonl, write_jsonl
+from ...utils.provenance import git_commit
+from .presets import PRESETS, TASK_ARGS, Preset
+from .rows import upgrade_rows
 
 
 def check_methods(methods) -> list[str]:
-    unknown = [m for m in methods if m not in ATTENTION_LAYERS]
+    unknown = [m for m in methods if m not in ATTENTION_KINDS]
     if unknown:
-        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {sorted(ATTENTION_LAYERS)}")
+        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {list(ATTENTION_KINDS)}")
     return list(methods)
 
 
 def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | None, device: str) -> TrainConfig:
-    model = ModelConfig(vocab_size=6, attention=method, **preset.model)
+    model = ModelConfig(vocab_size=FlipFlop.vocab_size, attention=method, **preset.model)
     train_args = dict(preset.train)
     if steps is not None:
         train_args["steps"] = steps
         train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
-    return TrainConfig(model=model, lr=lr, seed=seed, device=device, **train_args)
+    return TrainConfig(
+        task=FlipFlop.name, task_args=dict(TASK_ARGS), model=model, lr=lr, seed=seed, device=device, **train_args
+    )
 
 
 def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
@@ -146,11 +62,11 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
     """Train and evaluate one run, or return its saved rows if it already finished with this config."""
     rows_path = directory / "eval.jsonl"
     saved = directory / TRAIN_CONFIG_NAME
-    if saved.is_file() and json.loads(saved.read_text()) != config.to_dict():
+    if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
         raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
-    expected = {(split, length) for split, _, length in flipflop_splits(config.length)}
+    expected = {(split, length) for split, _, length in split_params(config.length)}
     if rows_path.is_file():
-        rows = read_jsonl(rows_path)
+        rows = upgrade_rows(read_jsonl(rows_path))
         if expected <= {(r["split"], r["length"]) for r in rows}:
             return rows
         # Evaluated before a test split existed: evaluate the final checkpoint again, keep the rest.
@@ -160,7 +76,7 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
         return rows
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
-    validation = [r for r in read_jsonl(directory / "metrics.jsonl") if "val_full_seq_acc" in r][-1]
+    validation = [r for r in read_jsonl(directory / METRICS_NAME) if "val_full_seq_acc" in r][-1]
     common = {"method": config.model.attention, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
     rows = evaluate_final_checkpoint(config, directory, eval_sequences)
     rows += result_rows(
@@ -169,6 +85,7 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
             "loss": validation["val_loss"],
             "train_seconds": state["train_seconds"],
         },
+        task=FlipFlop.name,
         split="validation",
         length=config.length,
         **common,
@@ -207,23 +124,27 @@ def run_flipflop(
     command: str = "",
 ) -> Path:
     """Run (or finish) the comparison and write results.jsonl, results.md and accuracy.png to ``out``."""
-    from ..report import write_flipflop_report
+    from .report import write_report
 
     if preset_name not in PRESETS:
         raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(PRESETS)}")
     preset = PRESETS[preset_name]
-    methods = check_methods(methods or METHODS)
+    methods = check_methods(methods or list(ATTENTION_KINDS))
     seeds = list(preset.seeds if seeds is None else seeds)
     if not seeds:
         raise ValueError("--seeds: expected at least one seed")
     if steps is not None and steps <= 0:
         raise ValueError(f"--steps = {steps}; expected a positive integer")
+    if lrs is not None and not all(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0 for lr in lrs):
+        raise ValueError(f"--lrs = {lrs}; expected finite positive learning rates")
     out = Path(out or f"runs/flipflop_{preset_name}")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; expected a directory (new or existing)")
     out.mkdir(parents=True, exist_ok=True)
     git_commit()  # record the code version now, before anything can change the working tree
     rows = []
     for method in methods:
-        for lr in lrs or [preset.lrs[method]]:
+        for lr in lrs or [preset.lr_for(method)]:
             for seed in seeds:
                 config = run_config(preset, method, lr, seed, steps, device)
                 directory = run_dir(out, method, lr, seed)
@@ -238,5 +159,5 @@ def run_flipflop(
     atomic_write_text(
         out / "run.json", json.dumps({"command": command, "preset": f"{preset_name}: {preset.description}"})
     )
-    write_flipflop_report(out)
+    write_report(out)
     return out

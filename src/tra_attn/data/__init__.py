@@ -1,0 +1,1 @@
+"""Data sources: procedural tasks (``synthetic``); real text comes in ``text``."""

@@ -1,0 +1,134 @@
+"""The protocol every procedural task follows, and the task registry.
+
+A task is a frozen dataclass whose fields are its parameters (they become ``tra data TASK`` flags and
+``TrainConfig.task_args``). It generates batches as a pure function of (num, length, seed), marks the
+tokens that are scored, names its out-of-distribution test splits, and converts sequences to and
+from text. Everything above the data (training, metrics, reports) sees only this protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+TEST_SEED = 3_000_000_000  # test sets are shared by every method and seed; split k uses TEST_SEED + k
+
+
+@dataclass
+class TaskBatch:
+    """tokens (N, L) int64 and loss_mask (N, L) bool: True at the tokens that are scored."""
+
+    tokens: torch.Tensor
+    loss_mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class EvalSplit:
+    """One test set: a name (e.g. 'iid', 'sparse'), the task parameters it uses, and its sequences."""
+
+    split: str
+    params: dict
+    batch: TaskBatch
+
+
+class Task:
+    """Base class of procedural tasks; subclasses are frozen dataclasses registered with ``register_task``."""
+
+    name: ClassVar[str]
+    vocab_size: ClassVar[int]
+
+    def check_length(self, length) -> int:
+        """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
+        if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
+            raise ValueError(f"{self.name}: length = {length!r}; expected a positive number of tokens")
+        return length
+
+    def sample(self, num: int, length: int, seed: int) -> TaskBatch:
+        """``num`` sequences of ``length`` tokens; the same arguments always give the same batch."""
+        raise NotImplementedError
+
+    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
+        """The standard test sets for a model trained on ``train_length``-token sequences."""
+        raise NotImplementedError
+
+    def encode_text(self, line: str) -> torch.Tensor:
+        """One sequence from its text form (as written by ``decode_text``)."""
+        raise NotImplementedError
+
+    def decode_text(self, tokens: torch.Tensor) -> str:
+        raise NotImplementedError
+
+    def loss_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The scored positions of sequences read from text."""
+        raise NotImplementedError
+
+    def statistics(self, batch: TaskBatch) -> dict:
+        """Summary numbers of a batch (printed by ``tra data``, tabulated by reports)."""
+        return {"sequences": batch.tokens.shape[0], "length": batch.tokens.shape[1]}
+
+    def params(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write_text(self, path: str | Path, batch: TaskBatch) -> None:
+        """One sequence per line, written atomically."""
+        from ...utils.atomic import atomic_write_text
+
+        atomic_write_text(path, "".join(self.decode_text(row) + "\n" for row in batch.tokens))
+
+    def read_text(self, path: str | Path) -> list[TaskBatch]:
+        """Sequences from a text file (one per line), grouped into one batch per sequence length."""
+        path = Path(path)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise ValueError(f"{self.name}: data file {path} {what}; expected a text file, one sequence per line")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{self.name}: data file {path} is not UTF-8 text ({err})") from None
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise ValueError(f"{self.name}: data file {path} is empty; expected one sequence per line")
+        by_length: dict[int, list[torch.Tensor]] = {}
+        for number, line in enumerate(lines, 1):
+            try:
+                tokens = self.encode_text(line)
+            except ValueError as err:
+                raise ValueError(f"{path}:{number}: {err}") from None
+            by_length.setdefault(len(tokens), []).append(tokens)
+        batches = []
+        for length in sorted(by_length):
+            tokens = torch.stack(by_length[length])
+            batches.append(TaskBatch(tokens, self.loss_mask(tokens)))
+        return batches
+
+
+def split_sequences(sequences: int, train_length: int, length: int) -> int:
+    """Sequences for a test split: ``sequences`` at the training length, the same token budget beyond it."""
+    return max(1, sequences * train_length // max(length, train_length))
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: make ``cls`` available by ``cls.name`` to ``make_task``, the CLI and configs."""
+    if cls.name in TASKS and TASKS[cls.name] is not cls:
+        raise ValueError(f"register_task: a task named {cls.name!r} is already registered")
+    TASKS[cls.name] = cls
+    return cls
+
+
+def make_task(name: str, **kwargs) -> Task:
+    """The task ``name`` with parameters ``kwargs``; ValueError naming what is wrong."""
+    if name not in TASKS:
+        raise ValueError(f"task = {name!r}; expected one of {sorted(TASKS)}")
+    cls = TASKS[name]
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise ValueError(f"task {name!r}: unknown arguments {unknown}; expected a subset of {sorted(known)}")
+    return cls(**kwargs)

@@ -1,0 +1,103 @@
+"""Flip-flop presets: model size, training recipe, learning rates, seeds and test-set size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...layers import attention_kind
+
+
+@dataclass(frozen=True)
+class Preset:
+    """``lrs``: validated learning rates per method; a method without one uses ``lr`` if set, else its
+    registry default (so a newly registered kind runs with no preset change)."""
+
+    model: dict
+    train: dict
+    seeds: tuple[int, ...]
+    eval_sequences: int
+    description: str
+    lrs: dict[str, float] = field(default_factory=dict)
+    lr: float | None = None
+
+    def lr_for(self, method: str) -> float:
+        if method in self.lrs:
+            return self.lrs[method]
+        return self.lr if self.lr is not None else attention_kind(method).lr
+
+
+TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read
+
+PRESETS = {
+    # Learning rates per method: the selection on validation data of the sweep
+    # `tra flipflop --lrs 1e-3 3e-3 1e-2 --seeds 0 --out results/flipflop_cpu` (its selected_lrs.json).
+    "cpu": Preset(
+        model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
+        train=dict(
+            length=128,
+            steps=800,
+            batch_size=64,
+            warmup_steps=50,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            eval_every=100,
+            eval_sequences=512,
+            checkpoint_every=200,
+        ),
+        lrs={
+            "tra": 1e-3,
+            "nope": 1e-3,
+            "rope": 3e-3,
+            "alibi": 1e-3,
+            "fox": 1e-3,
+            "cope": 3e-3,
+            "tra_keygate": 1e-3,
+            "tra_nothreshold": 1e-3,
+            "tra_nodistance": 1e-3,
+        },
+        seeds=(0,),
+        eval_sequences=1000,
+        description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64, 800 steps; at most about "
+        "6 minutes per run on 2 CPU cores",
+    ),
+    # A smoke test of the whole pipeline: seconds on a CPU, no meaningful accuracy.
+    "tiny": Preset(
+        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
+        train=dict(
+            length=16,
+            steps=20,
+            batch_size=8,
+            warmup_steps=2,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            eval_every=10,
+            eval_sequences=32,
+            checkpoint_every=10,
+        ),
+        lr=3e-3,
+        seeds=(0,),
+        eval_sequences=64,
+        description="smoke test (1 layer, d_model 16, 16-token sequences, 20 steps)",
+    ),
+    # The TRA authors' notebook recipe (docs/flipflop.md; a GPU job).
+    "paper": Preset(
+        model=dict(d_model=256, n_layers=4, n_heads=4, block_style="paper", dropout=0.01, cope_max_pos=512),
+        train=dict(
+            length=512,
+            steps=25_000,
+            batch_size=64,
+            warmup_steps=0,
+            weight_decay=0.01,
+            grad_clip=0.0,
+            eval_every=1000,
+            eval_sequences=1000,
+            checkpoint_every=1000,
+            precision="bf16",
+        ),
+        lr=1e-4,
+        seeds=(0, 1, 2, 3),
+        eval_sequences=4000,
+        description="4 layers, d_model 256, 4 heads; 512-token FFL(0.8), batch 64, 25,000 steps, AdamW 1e-4, "
+        "bf16 autocast (a GPU job: --device cuda)",
+    ),
+}

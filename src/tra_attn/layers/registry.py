@@ -1,0 +1,56 @@
+"""The attention registry: one entry per kind carries everything the model, the harness and reports need.
+
+Adding a kind is one file with an ``Attention`` subclass and one ``register_attention(...)`` call
+(for the built-in kinds, a line in ``layers/__init__.py``). Experiments, evaluation batch sizing,
+tables and plots all read this registry; nothing else lists the kinds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Attention
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """A registered attention kind.
+
+    name: the ``ModelConfig.attention`` string; cls: the layer class; label and color: how tables and
+    plots show it; lr: the default learning rate when an experiment has no validated one;
+    materializes_scores: whether the layer builds (B, H, S, S) tensors (sizes evaluation batches).
+    """
+
+    name: str
+    cls: type[Attention]
+    label: str
+    color: str
+    lr: float = 1e-3
+    materializes_scores: bool = False
+
+
+ATTENTION_KINDS: dict[str, AttentionKind] = {}
+
+
+def register_attention(kind: AttentionKind, replace: bool = False) -> AttentionKind:
+    """Add ``kind`` to the registry; refuses to overwrite an existing name unless ``replace``."""
+    if not isinstance(kind, AttentionKind):
+        raise TypeError(f"register_attention: kind = {kind!r}; expected an AttentionKind")
+    if not (isinstance(kind.cls, type) and issubclass(kind.cls, Attention)):
+        raise TypeError(f"register_attention: {kind.name}.cls = {kind.cls!r}; expected an Attention subclass")
+    if kind.name in ATTENTION_KINDS and not replace:
+        raise ValueError(f"register_attention: {kind.name!r} is already registered; pass replace=True to override")
+    ATTENTION_KINDS[kind.name] = kind
+    return kind
+
+
+def unregister_attention(name: str) -> None:
+    """Remove a kind (for tests and plug-ins that register temporary kinds)."""
+    ATTENTION_KINDS.pop(name, None)
+
+
+def attention_kind(name: str) -> AttentionKind:
+    """The registry entry of ``name``, or a ValueError listing the registered kinds."""
+    if name not in ATTENTION_KINDS:
+        raise ValueError(f"attention = {name!r}; expected one of {list(ATTENTION_KINDS)}")
+    return ATTENTION_KINDS[name]

@@ -1,0 +1,58 @@
+"""Accuracy on tasks whose sequences mark the tokens that are scored (a loss mask).
+
+A sequence counts as correct only if every scored token is predicted correctly by argmax; sequences
+without any scored token are left out of that metric. Metric names:
+
+- ``full_seq_acc``: fraction of sequences with every scored token right;
+- ``token_acc``: fraction of scored tokens right; ``loss``: mean cross-entropy over them;
+- ``sequences``, ``scored_tokens``: how many of each were scored.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..layers import ATTENTION_KINDS
+from ..models import ModelConfig, TransformerLM
+
+TOKENS_PER_BATCH = 16384
+# Kinds that materialise (B, H, S, S) tensors (CoPE, FoX, ALiBi, the key-gate ablation) keep them at
+# 16 MB or less: on CPU, larger allocations are fresh mmaps whose page faults cost more than the math.
+SCORES_PER_BATCH = 1 << 22
+
+
+def eval_batch_size(config: ModelConfig, length: int) -> int:
+    """Sequences per evaluation forward: a token budget, and a score budget for materialising kinds."""
+    batch = TOKENS_PER_BATCH // length
+    if ATTENTION_KINDS[config.attention].materializes_scores:
+        batch = min(batch, SCORES_PER_BATCH // (config.n_heads * length * length))
+    return max(1, batch)
+
+
+@torch.no_grad()
+def sequence_metrics(model: TransformerLM, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    """Full-sequence accuracy, per-token accuracy and mean loss over the scored tokens (next-token prediction)."""
+    n, length = tokens.shape
+    batch = eval_batch_size(model.config, length)
+    seq_correct = seq_scored = tokens_correct = scored_tokens = 0
+    loss_sum = 0.0
+    for i in range(0, n, batch):
+        x, m = tokens[i : i + batch], loss_mask[i : i + batch, 1:]
+        logits = model(x[:, :-1]).float()
+        target = x[:, 1:]
+        correct = (logits.argmax(-1) == target) & m
+        per_seq = m.sum(1)
+        scored = per_seq > 0
+        seq_correct += int(((correct.sum(1) == per_seq) & scored).sum())
+        seq_scored += int(scored.sum())
+        tokens_correct += int(correct.sum())
+        scored_tokens += int(m.sum())
+        loss_sum += F.cross_entropy(logits[m], target[m], reduction="sum").item() if m.any() else 0.0
+    return {
+        "full_seq_acc": seq_correct / seq_scored if seq_scored else float("nan"),
+        "token_acc": tokens_correct / scored_tokens if scored_tokens else float("nan"),
+        "loss": loss_sum / scored_tokens if scored_tokens else float("nan"),
+        "sequences": seq_scored,
+        "scored_tokens": scored_tokens,
+    }

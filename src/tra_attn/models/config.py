@@ -1,0 +1,88 @@
+"""Model configuration: one dataclass, serialised to JSON next to every checkpoint and result."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+from ..utils.dataclass_io import dataclass_from_dict
+
+
+@dataclass
+class ModelConfig:
+    """Decoder-only language model; ``attention`` picks the attention layer by registry name."""
+
+    vocab_size: int = field(default=256, metadata={"help": "token vocabulary size"})
+    d_model: int = field(default=128, metadata={"help": "residual stream width"})
+    n_layers: int = field(default=2, metadata={"help": "transformer blocks"})
+    n_heads: int = field(default=4, metadata={"help": "attention heads (d_model must be a multiple)"})
+    attention: str = field(default="tra", metadata={"help": "attention kind, a name from the registry"})
+    block_style: str = field(
+        default="prenorm",
+        metadata={"help": "'prenorm' or 'paper' (x = norm(x); x = x + f(x), as in the TRA notebook)"},
+    )
+    mlp_ratio: float = field(
+        default=2.0, metadata={"help": "SwiGLU hidden width / d_model (the notebook's d -> 4d split in two halves)"}
+    )
+    mlp_bias: bool = field(default=True, metadata={"help": "biases in the MLP projections"})
+    dropout: float = field(default=0.0, metadata={"help": "on embeddings, attention outputs and the MLP hidden layer"})
+    norm_eps: float = field(default=1e-6, metadata={"help": "RMSNorm epsilon"})
+    init_std: float = field(default=0.02, metadata={"help": "standard deviation of the initial weights"})
+    gate_bias_init: float = field(default=0.0, metadata={"help": "initial bias of the TRA / FoX forget gates"})
+    tra_threshold: float = field(default=0.0, metadata={"help": "TRA keeps key j iff its score exceeds this"})
+    tra_impl: str = field(default="auto", metadata={"help": "TRA op implementation: auto, naive, chunked, triton"})
+    rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
+    cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
+
+    def __post_init__(self):
+        from ..layers import ATTENTION_KINDS  # deferred: the layers import this module
+        from ..ops.tra import IMPLS
+
+        def fail(name: str, expected: str):
+            raise ValueError(f"ModelConfig.{name} = {getattr(self, name)!r}; expected {expected}")
+
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "cope_max_pos"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                fail(name, "a positive integer")
+        if self.d_model % self.n_heads:
+            fail("d_model", f"a multiple of n_heads = {self.n_heads}")
+        if (self.d_model // self.n_heads) % 2 and self.attention == "rope":
+            fail("d_model", "an even head dimension d_model / n_heads for RoPE")
+        if self.attention not in ATTENTION_KINDS:
+            fail("attention", f"one of {list(ATTENTION_KINDS)}")
+        if self.block_style not in ("prenorm", "paper"):
+            fail("block_style", "'prenorm' or 'paper'")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "a probability in [0, 1)")
+        for name in ("mlp_ratio", "norm_eps", "init_std", "rope_base"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                fail(name, "a finite positive number")
+        if int(self.mlp_ratio * self.d_model) < 1:
+            fail(
+                "mlp_ratio",
+                f"a ratio giving an MLP at least 1 wide (mlp_ratio * d_model >= 1, d_model = {self.d_model})",
+            )
+        if not isinstance(self.gate_bias_init, (int, float)) or not math.isfinite(self.gate_bias_init):
+            fail("gate_bias_init", "a finite number")
+        if not isinstance(self.tra_threshold, (int, float)) or math.isnan(self.tra_threshold):
+            fail("tra_threshold", "a number")
+        if self.tra_impl not in IMPLS:
+            fail("tra_impl", f"one of {IMPLS}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        return dataclass_from_dict(cls, data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,58 @@
+"""Saving and loading models: config.json + model.safetensors in a directory, each written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..utils.atomic import atomic_write, atomic_write_text
+from .config import ModelConfig
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def save_pretrained(model, directory: str | os.PathLike) -> None:
+    """Write config.json and model.safetensors, each atomically (temp file, then rename)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"save_pretrained: {directory} is a file; expected a directory (new or existing)")
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    atomic_write(directory / WEIGHTS_NAME, lambda path: save_file(state, str(path)))
+    atomic_write_text(directory / CONFIG_NAME, model.config.to_json())
+
+
+def load_config(directory: Path) -> ModelConfig:
+    """The ModelConfig of a saved model; ValueError naming the file if it is missing or invalid."""
+    path = Path(directory) / CONFIG_NAME
+    try:
+        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+        raise ValueError(f"from_pretrained: {path} is not a valid config ({err})") from err
+
+
+def load_pretrained(cls, directory: str | os.PathLike, device: str | torch.device = "cpu"):
+    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory."""
+    directory = Path(directory)
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (directory / name).is_file():
+            raise ValueError(
+                f"from_pretrained: {directory / name} does not exist; expected a "
+                f"directory written by save_pretrained ({CONFIG_NAME} + {WEIGHTS_NAME})"
+            )
+    config = load_config(directory)
+    try:
+        state = load_file(str(directory / WEIGHTS_NAME), device="cpu")
+    except Exception as err:  # safetensors raises its own error types for truncated files
+        raise ValueError(f"from_pretrained: {directory / WEIGHTS_NAME} is corrupt ({err})") from err
+    model = cls(config)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise ValueError(f"from_pretrained: weights do not match the config ({err})") from err
+    return model.to(device)

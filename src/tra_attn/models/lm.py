@@ -1,0 +1,163 @@
+"""Decoder-only transformer LM: token embedding -> N blocks -> RMSNorm -> untied output head.
+
+Only the attention layer differs between methods (ModelConfig.attention), so every comparison
+shares the rest of the model and the training harness. The model owns its loss: given labels it
+returns the per-token cross-entropy, computed in chunks so full-vocabulary fp32 logits are never
+built for the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import ATTENTION_KINDS, KVCache, LayerCache
+from ..layers.norms import RMSNorm
+from .config import ModelConfig
+from .generation import generate
+from .io import load_pretrained, save_pretrained
+from .loss import token_cross_entropy
+
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
+
+
+class SwiGLU(nn.Module):
+    """up: d -> 2h (two halves a, b); out = down(dropout(a * silu(b)))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        hidden = int(config.mlp_ratio * config.d_model)
+        self.up = nn.Linear(config.d_model, 2 * hidden, bias=config.mlp_bias)
+        self.down = nn.Linear(hidden, config.d_model, bias=config.mlp_bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.up(x).chunk(2, dim=-1)
+        return self.down(self.dropout(a * F.silu(b)))
+
+
+class Block(nn.Module):
+    """One transformer block; ``prenorm``: x + f(norm(x)); ``paper``: x = norm(x); x = x + f(x)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.style = config.block_style
+        self.norm1 = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = ATTENTION_KINDS[config.attention].cls(config)
+        self.norm2 = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        if self.style == "paper":
+            x = self.norm1(x)
+            x = x + self.dropout(self.attn(x, cache))
+            x = self.norm2(x)
+            return x + self.dropout(self.mlp(x))
+        x = x + self.dropout(self.attn(self.norm1(x), cache))
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+
+class TransformerLM(nn.Module):
+    """``model(input_ids) -> logits (B, S, vocab)``; ``model(input_ids, labels=labels) -> loss (B, S)``."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 style: N(0, init_std) weights, zero biases, residual outputs scaled by 1/sqrt(2 N)."""
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            for proj in (block.attn.o_proj, block.mlp.down):
+                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
+            block.attn.post_init(self.config)
+
+    def hidden_states(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Final normalised hidden states (B, S, d_model), before the output head."""
+        self._check_shape(input_ids)
+        x = self.dropout(self.embed(input_ids))
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache[i])
+        return self.norm(x)
+
+    def forward(
+        self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """Logits (B, S, vocab); with ``labels`` (B, S) instead the per-token fp32 loss (B, S), 0 where a
+        label is -100. Token ids are not range-checked here (a host sync per call): data sources and
+        ``generate`` check them once with ``check_input_ids``."""
+        hidden = self.hidden_states(input_ids, cache)
+        if labels is None:
+            return self.lm_head(hidden)
+        return token_cross_entropy(hidden, self.lm_head, labels)
+
+    def _check_shape(self, input_ids) -> None:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise ValueError(f"TransformerLM: input_ids shape = {shape}; expected a 2-d (batch, seq) tensor")
+        if input_ids.dtype not in _INTEGER_DTYPES:
+            raise ValueError(f"TransformerLM: input_ids.dtype = {input_ids.dtype}; expected an integer dtype")
+        if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+            raise ValueError(
+                f"TransformerLM: input_ids shape = {tuple(input_ids.shape)}; expected at least one sequence "
+                "of at least one token"
+            )
+
+    def check_input_ids(self, input_ids) -> None:
+        """Shape, dtype and id range of a batch of token ids (syncs with the device: call it at data boundaries)."""
+        self._check_shape(input_ids)
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"TransformerLM: token ids span [{low}, {high}]; expected ids in [0, {self.config.vocab_size})"
+            )
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache; ``capacity`` preallocates that many positions per layer."""
+        return KVCache(self.config.n_layers, capacity)
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Append ``max_new_tokens`` sampled tokens to ``input_ids`` (B, S); returns (B, S + new).
+
+        temperature 0 decodes greedily; top_k keeps the k most likely tokens. With ``use_cache`` the
+        prompt is prefilled once into a cache preallocated for the whole output and each step attends
+        from one new query to it; without it every step recomputes the whole sequence (same tokens,
+        for testing and comparison). Runs in eval mode (no dropout) and restores the previous mode.
+        """
+        return generate(self, input_ids, max_new_tokens, temperature, top_k, use_cache, generator)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write config.json and model.safetensors, each atomically (temp file, then rename)."""
+        save_pretrained(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device = "cpu") -> TransformerLM:
+        """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory."""
+        return load_pretrained(cls, directory, device)

@@ -1,0 +1,158 @@
+"""Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
+
+Written with ``"version": 2``. Version 1 (before 0.2.0) had flip-flop's parameters as top-level
+fields; ``from_dict`` migrates such files (see ``migrate``), so old checkpoints load and resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from ..data.synthetic import TASKS, make_task
+from ..models import ModelConfig
+from ..utils.dataclass_io import dataclass_from_dict
+
+VERSION = 2
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def migrate(data: dict) -> dict:
+    """A config dict of any earlier version as a version-``VERSION`` dict (without the version key).
+
+    Version 1: the task's parameters were top-level fields; there was no ``task_args``, ``grad_accum``
+    or ``compile``. Top-level fields named like the task's parameters move into ``task_args``, and the
+    new fields get the values that reproduce the old behaviour (1 and false).
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"TrainConfig: got {type(data).__name__}; expected a JSON object of fields")
+    data = dict(data)
+    version = data.pop("version", 1)
+    if version not in (1, VERSION):
+        raise ValueError(f"TrainConfig: version = {version!r}; expected 1 or {VERSION} (newer files need a newer tra)")
+    if version == 1:
+        if data.get("task") in TASKS:
+            parameters = [f.name for f in dataclasses.fields(TASKS[data["task"]])]
+            data.setdefault("task_args", {name: data.pop(name) for name in parameters if name in data})
+        data.setdefault("grad_accum", 1)
+        data.setdefault("compile", False)
+    return data
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; saved as JSON next to every checkpoint."""
+
+    task: str = field(metadata=_help("the task to train on (a registered name)"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task_args: dict = field(default_factory=dict, metadata=_help("the task's parameters (its own defaults otherwise)"))
+    length: int = field(default=128, metadata=_help("tokens per training sequence"))
+    steps: int = field(default=1500, metadata=_help("optimizer steps"))
+    batch_size: int = field(default=64, metadata=_help("sequences per optimizer step"))
+    grad_accum: int = field(
+        default=1, metadata=_help("micro-batches per step (must divide batch_size; same update, less memory)")
+    )
+    lr: float = field(default=1e-3, metadata=_help("peak learning rate"))
+    min_lr_ratio: float = field(default=0.0, metadata=_help("final learning rate / peak (cosine schedule)"))
+    warmup_steps: int = field(default=0, metadata=_help("linear warm-up steps"))
+    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay (not on biases and norms)"))
+    beta1: float = field(default=0.9, metadata=_help("AdamW beta1"))
+    beta2: float = field(default=0.999, metadata=_help("AdamW beta2"))
+    grad_clip: float = field(default=1.0, metadata=_help("gradient-norm clipping; 0 disables it"))
+    seed: int = field(default=0, metadata=_help("seed of the initialisation, the batches and dropout"))
+    log_every: int = field(default=25, metadata=_help("steps between training-loss rows in metrics.jsonl"))
+    eval_every: int = field(default=250, metadata=_help("steps between validations; 0 disables them"))
+    eval_sequences: int = field(default=512, metadata=_help("held-out validation sequences"))
+    checkpoint_every: int = field(default=500, metadata=_help("steps between checkpoints"))
+    device: str = field(default="cpu", metadata=_help("cpu, cuda or cuda:N"))
+    precision: str = field(default="fp32", metadata=_help("fp32, or bf16 (autocast the forward: GPU training)"))
+    compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelConfig.from_dict(self.model)
+        if not isinstance(self.task_args, dict):
+            raise ValueError(f"TrainConfig.task_args = {self.task_args!r}; expected a dict of task parameters")
+        positive = ("length", "steps", "batch_size", "grad_accum", "log_every", "eval_sequences", "checkpoint_every")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
+        for name in ("warmup_steps", "eval_every", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(
+                f"TrainConfig.grad_accum = {self.grad_accum}; expected a divisor of batch_size = {self.batch_size}"
+            )
+        ranges = {  # name: (lowest allowed, highest allowed, whether the highest is allowed)
+            "lr": (1e-300, math.inf, False),
+            "min_lr_ratio": (0.0, 1.0, True),
+            "weight_decay": (0.0, math.inf, False),
+            "beta1": (0.0, 1.0, False),
+            "beta2": (0.0, 1.0, False),
+            "grad_clip": (0.0, math.inf, False),
+        }
+        for name, (low, high, high_ok) in ranges.items():
+            value = getattr(self, name)
+            ok = (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and low <= value
+                and (value < high or (high_ok and value == high))
+            )
+            if not ok:
+                raise ValueError(
+                    f"TrainConfig.{name} = {value!r}; expected a number in [{low:g}, {high:g}{']' if high_ok else ')'}"
+                )
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
+        task = self.task_instance()  # validates the task name and arguments
+        task.check_length(self.length)
+        if self.model.vocab_size < task.vocab_size:
+            raise ValueError(
+                f"ModelConfig.vocab_size = {self.model.vocab_size}; expected at least the "
+                f"{self.task} vocabulary size {task.vocab_size}"
+            )
+
+    def task_instance(self):
+        return make_task(self.task, **self.task_args)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.grad_accum
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict, partial: bool = False) -> TrainConfig:
+        """Unknown fields are errors, and so are missing ones unless ``partial`` (a hand-written file
+        that relies on the defaults); files of older versions are migrated first."""
+        return dataclass_from_dict(cls, migrate(data), required=not partial)
+
+
+def check_device(device) -> str:
+    """A device string this machine can run on, or a ValueError saying why not."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device = {device!r}; expected 'cpu', 'cuda' or 'cuda:N' ({err})") from None
+    if parsed.type not in DEVICE_TYPES:
+        raise ValueError(f"device = {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device = {device!r}, but this machine has no CUDA device; expected 'cpu'")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"device = {device!r}; expected an index below {torch.cuda.device_count()}")
+    return device
