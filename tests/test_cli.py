@@ -177,12 +177,28 @@ def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):
         (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], "--preset = 'huge'"),
         (["train", "--out", "{tmp}/r2", "--attention", "mamba"], "ModelConfig.attention = 'mamba'"),
         (["report", "{tmp}/nowhere"], "results.jsonl is missing or empty"),
+        (["data", "flipflop", "--out", "{tmp}"], "--out {tmp} is a directory; expected a file path"),
+        (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "--out {tmp} is a directory"),
+        (["eval", "--checkpoint", "{tmp}/run", "--device", "bogus"], "device = 'bogus'; expected 'cpu', 'cuda'"),
+        (["eval", "--checkpoint", "{tmp}/run", "--length", "0"], "length = 0; expected a positive number"),
+        (["eval", "--checkpoint", "{tmp}/run", "--sequences", "0"], "sequences = 0; expected a positive number"),
+        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}"], "data file {tmp} is a directory"),
+        (
+            ["train", "--out", "{tmp}/r2", "--config", "{tmp}/missing.json"],
+            "--config {tmp}/missing.json does not exist",
+        ),
+        (["train", "--out", "{tmp}/r2", "--config", "{tmp}/list.json"], "holds a JSON list; expected an object"),
+        (["train", "--out", "{tmp}/r2", "--config", "{tmp}/bad.txt"], "--config {tmp}/bad.txt is not valid JSON"),
+        (["train", "--out", "{tmp}/empty.txt"], "run directory {tmp}/empty.txt is a file"),
+        (["train", "--out", "{tmp}/r2", "--device", "bogus"], "device = 'bogus'"),
+        (["train", "--out", "{tmp}/r2", "--task-arg", "rate=2"], r"unknown arguments \['rate'\]"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_writes_nothing(argv, pattern, tmp_path, capsys):
     run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "bad.txt").write_text("w1r1z\n")
+    (tmp_path / "list.json").write_text("[1, 2]")
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     ckpt = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
@@ -196,6 +212,13 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(argv, pattern, tmp_path
     created = set(p.name for p in tmp_path.iterdir()) - set(before)
     assert created <= {"ff"}, created  # at most the (empty) output directory of a refused flipflop run
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_eval_creates_the_folder_of_its_output_before_evaluating(tmp_path, capsys):
+    run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    rows_path = tmp_path / "new" / "folder" / "rows.jsonl"
+    code, _, _ = run(["eval", "--checkpoint", tmp_path / "run", "--sequences", "8", "--out", rows_path], capsys)
+    assert code == 0 and {r["split"] for r in read_jsonl(rows_path)} == {"iid", "sparse", "dense"}
 
 
 def test_eval_of_a_save_pretrained_model_needs_the_task_and_length(tmp_path, capsys):

@@ -118,7 +118,7 @@ class _Pruning:
     def __init__(self, q, k, log_gate, scale: float, tau: float):
         self.tau = tau
         self.smax = score_bound(q, k, scale)
-        self.tail = -torch.log1p(-torch.exp(log_gate))  # +inf where the gate is 0: such rows never stop
+        self.tail = -torch.log(-torch.expm1(log_gate))  # +inf where the gate is 0: such rows never stop
         self.active = torch.ones_like(log_gate, dtype=torch.bool)
         self.stop = torch.zeros_like(log_gate, dtype=torch.long)
 

@@ -10,6 +10,7 @@ import torch
 
 from .chunked import tra_chunked
 from .naive import tra_naive
+from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
 
 IMPLS = ("auto", "naive", "chunked", "triton")
@@ -26,7 +27,8 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
     """Raise ValueError naming the argument, its value and what was expected.
 
     Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
-    check that needs the data (log_gate <= 0), which synchronises with the device.
+    check that needs the data (log_gate <= 0), which synchronises with the device. Non-finite values
+    are not errors: NaN and -inf are not > 0, and the op maps them to NaN rows (see the op's docstring).
     """
     for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
         if not isinstance(t, torch.Tensor):
@@ -64,7 +66,8 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
         if q.shape[-1] > 128:
             _fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
     if check_values and log_gate.numel() and bool((log_gate > 0).any()):
-        _fail("log_gate", f"max {log_gate.max().item():.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
+        worst = log_gate[log_gate > 0].max().item()  # NaN-free: NaN is not > 0
+        _fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
 
 
 def threshold_relative_attention(
@@ -84,7 +87,7 @@ def threshold_relative_attention(
     Args:
         q: (B, H, Sq, D) queries; they sit at the last Sq of the Sk key positions.
         k, v: (B, H, Sk, D) keys and values, Sq <= Sk.
-        log_gate: (B, H, Sq) per-query log forget gate, values <= 0.
+        log_gate: (B, H, Sq) per-query log forget gate, values <= 0 (NaN and -inf: see below).
         scale: score scale; 1/sqrt(D) by default.
         threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold.
         impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "triton" (fused GPU
@@ -101,6 +104,13 @@ def threshold_relative_attention(
     Returns:
         (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
         counts the kept keys in [j, i]; a query with no kept key outputs exactly 0.
+
+    Non-finite inputs (NaN, +-inf), the same for every ``impl``: output row r, at position
+    i = Sk - Sq + r, is NaN in all D entries iff q_r or log_gate_r (-inf included) has a non-finite
+    entry, or some key j <= i has one in k_j or v_j. Every other row is bit-identical to the same
+    impl run with the non-finite entries replaced by 0. NaN rows pass no gradient back, non-finite
+    entries get zero gradient, and every other gradient is that of the sanitised call. Such values
+    are not validation errors (NaN and -inf are not > 0); the masks cost no host synchronisation.
     """
     check_values = validate and not torch.compiler.is_compiling()
     validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values)
@@ -108,7 +118,8 @@ def threshold_relative_attention(
     prune_tau = None if prune_tau is None else float(prune_tau)
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it.
     with torch.autocast(q.device.type, enabled=False):
-        return _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau)
+        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
+        return poison(_dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau), poisoned)
 
 
 def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None):

@@ -1,0 +1,171 @@
+"""The harness as a whole: one registry entry per attention kind, no task in generic rooms, no graph
+breaks in the forward, the model's own loss, preallocated caches, and results unchanged since 0.1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
+from tra_attn.cli import build_parser
+from tra_attn.layers import Attention, unregister_attention
+from tra_attn.models import IGNORE_INDEX, loss
+from tra_attn.ops.causal import causal_sdpa
+from tra_attn.utils.cli_help import HelpFormatter
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SRC = Path(__file__).parents[1] / "src" / "tra_attn"
+
+
+class HalfScaleNoPE(Attention):
+    """A new kind defined outside the package: causal attention with half the usual logit scale."""
+
+    def attend(self, x, q, k, v, cache):
+        k, v, _ = self.with_cache(cache, k, v)
+        return causal_sdpa(q, k, v, scale=0.5 / self.head_dim**0.5)
+
+
+@pytest.fixture
+def half_scale_kind():
+    kind = register_attention(AttentionKind("half_scale_nope", HalfScaleNoPE, "NoPE, half scale", "#17becf"))
+    yield kind
+    unregister_attention(kind.name)
+
+
+def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_end(half_scale_kind, tmp_path):
+    from tra_attn.experiments.flipflop.run import run_flipflop
+
+    out = run_flipflop("tiny", methods=["half_scale_nope", "nope"], out=tmp_path, progress=False)
+    page = (out / "results.md").read_text()
+    assert re.search(r"\| NoPE, half scale( †)? \| 0\.003 \| 1 \|", page) and re.search(r"\| NoPE( †)? \|", page)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"half_scale_nope", "nope"}
+    model = TransformerLM.from_pretrained(next((out / "runs" / "half_scale_nope").glob("*/checkpoints/step_*")))
+    assert isinstance(model.blocks[0].attn, HalfScaleNoPE)
+    assert (out / "accuracy.png").stat().st_size > 0
+
+
+def test_registering_a_taken_name_or_a_non_layer_is_refused():
+    with pytest.raises(ValueError, match=r"'tra' is already registered"):
+        register_attention(AttentionKind("tra", HalfScaleNoPE, "x", "#000000"))
+    with pytest.raises(TypeError, match=r"expected an Attention subclass"):
+        register_attention(AttentionKind("bad", torch.nn.Linear, "x", "#000000"))
+
+
+def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path):
+    """`tra flipflop --preset tiny` gives, value for value, the rows 0.1.0 gave (metrics renamed since)."""
+    from tra_attn.experiments.flipflop.rows import RENAMED_METRICS
+    from tra_attn.experiments.flipflop.run import run_flipflop
+
+    old = [json.loads(line) for line in (FIXTURES / "flipflop_tiny_v0_1.jsonl").read_text().splitlines()]
+    expected = {(r["method"], r["split"], r["length"], RENAMED_METRICS.get(r["metric"], r["metric"])): r for r in old}
+    out = run_flipflop("tiny", out=tmp_path, progress=False)
+    new = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    got = {(r["method"], r["split"], r["length"], r["metric"]): r for r in new if r["metric"] != "train_seconds"}
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        assert got[key]["value"] == pytest.approx(row["value"], rel=1e-6, abs=0), key
+        assert (got[key]["lr"], got[key]["seed"]) == (row["lr"], row["seed"]), key
+
+
+def test_generic_rooms_name_no_task():
+    """Only the flip-flop task and its experiment may mention flip-flop or its parameters."""
+    allowed = {SRC / "data" / "synthetic" / "flipflop.py", *(SRC / "experiments" / "flipflop").rglob("*.py")}
+    pattern = re.compile(r"flipflop|p_ignore|final_read")
+    offending = [
+        f"{path.relative_to(SRC)}:{number}"
+        for path in SRC.rglob("*.py")
+        if path not in allowed
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offending == []
+
+
+@pytest.mark.parametrize("kind", list(ATTENTION_KINDS))
+def test_the_forward_of_every_kind_has_no_graph_breaks(kind):
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind))
+    ids = torch.randint(0, 13, (2, 17))
+    for kwargs in ({}, {"labels": ids}):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(ids, **kwargs)
+        assert explained.graph_break_count == 0, [str(b.reason) for b in explained.break_reasons]
+
+
+def subcommand_parsers(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield name, sub
+                yield from ((f"{name} {n}", p) for n, p in subcommand_parsers(sub))
+
+
+def test_every_flag_of_every_command_has_a_help_text_that_states_its_default():
+    missing = []
+    for name, parser in subcommand_parsers(build_parser()):
+        formatter = HelpFormatter(prog=name)
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or not action.option_strings:
+                continue
+            text = formatter._get_help_string(action) or ""
+            if not (action.required or "default" in text):
+                missing.append(f"tra {name} {action.option_strings[0]}")
+    assert missing == []
+
+
+def test_the_model_owns_its_loss_and_chunks_it_exactly(monkeypatch):
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))
+    ids = torch.randint(0, 50, (3, 11))
+    labels = ids.roll(-1, dims=1).masked_fill(torch.rand(3, 11) < 0.3, IGNORE_INDEX)
+    logits = model(ids)
+    reference = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none").view(3, 11)
+    whole = model(ids, labels=labels)
+    assert torch.equal(whole, reference) and (whole[labels == IGNORE_INDEX] == 0).all()
+    (grad_whole,) = torch.autograd.grad(whole.sum(), model.lm_head.weight)
+    monkeypatch.setattr(loss, "LOGIT_ELEMENTS", 50 * 4)  # chunks of 4 tokens, recomputed in the backward
+    chunked = model(ids, labels=labels)
+    (grad_chunked,) = torch.autograd.grad(chunked.sum(), model.lm_head.weight)
+    assert torch.allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(grad_chunked, grad_whole, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match=r"labels\.shape = \(3, 10\); expected \(3, 11\)"):
+        model(ids, labels=labels[:, :10])
+
+
+@pytest.mark.parametrize("kind", ["tra", "fox", "tra_keygate"])
+def test_generation_writes_into_one_preallocated_cache(kind, monkeypatch):
+    """The cache is allocated once for prompt + new tokens and never copied while decoding."""
+    from tra_attn.layers.cache import LayerCache
+
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind))
+    reserved = []
+    original = LayerCache._reserve
+
+    def spy(self, needed, *args):
+        before = None if self._keys is None else self._keys.data_ptr()
+        original(self, needed, *args)
+        reserved.append((before, self._keys.data_ptr(), self._keys.shape[-2]))
+
+    monkeypatch.setattr(LayerCache, "_reserve", spy)
+    model.generate(torch.randint(0, 13, (2, 5)), max_new_tokens=20, temperature=0)
+    allocations = {(after, size) for before, after, size in reserved if before != after}
+    assert len(allocations) == model.config.n_layers and {size for _, size in allocations} == {25}
+
+
+def test_an_unsized_cache_grows_geometrically():
+    from tra_attn.layers.cache import LayerCache
+
+    cache, sizes = LayerCache(), set()
+    for step in range(100):
+        keys = torch.full((1, 2, 1, 4), float(step))
+        cache.update(keys, keys.clone(), log_gate=torch.full((1, 2, 1), float(step)))
+        sizes.add(cache._keys.shape[-2])
+    assert sizes == {1, 2, 4, 8, 16, 32, 64, 128}
+    assert torch.equal(cache.keys[0, 0, :, 0], torch.arange(100.0))
+    assert torch.equal(cache.extras["log_gate"][0, 1], torch.arange(100.0))
