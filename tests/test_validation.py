@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -75,9 +77,16 @@ def test_model_config_rejects_bad_values(kwargs, pattern):
         ModelConfig(**kwargs)
 
 
-def test_model_config_from_dict_rejects_unknown_fields():
+def test_model_config_from_dict_rejects_unknown_and_missing_fields(tmp_path):
     with pytest.raises(ValueError, match=r"unknown fields \['n_embd'\]"):
         ModelConfig.from_dict({"n_embd": 64})
+    TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["tra_threshold"], saved["block_style"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"missing fields \['block_style', 'tra_threshold'\]"):
+        TransformerLM.from_pretrained(tmp_path)
+    assert ModelConfig.from_dict({"d_model": 64}, partial=True).d_model == 64
 
 
 @pytest.mark.parametrize(

@@ -81,8 +81,11 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        return dataclass_from_dict(cls, data)
+    def from_dict(cls, data: dict, partial: bool = False) -> ModelConfig:
+        """Unknown fields are errors, and so are missing ones unless ``partial``: a saved config that
+        lacks a field would otherwise load silently as a different model. (Every config written so far
+        has every field; a future field will come with a migration, as TrainConfig's do.)"""
+        return dataclass_from_dict(cls, data, required=not partial)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

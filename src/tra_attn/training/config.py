@@ -74,8 +74,8 @@ class TrainConfig:
     compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
 
     def __post_init__(self):
-        if isinstance(self.model, dict):
-            self.model = ModelConfig.from_dict(self.model)
+        if isinstance(self.model, dict):  # built in Python with a dict: unset fields take their defaults
+            self.model = ModelConfig.from_dict(self.model, partial=True)
         if not isinstance(self.task_args, dict):
             raise ValueError(f"TrainConfig.task_args = {self.task_args!r}; expected a dict of task parameters")
         positive = ("length", "steps", "batch_size", "grad_accum", "log_every", "eval_sequences", "checkpoint_every")
@@ -137,7 +137,10 @@ class TrainConfig:
     def from_dict(cls, data: dict, partial: bool = False) -> TrainConfig:
         """Unknown fields are errors, and so are missing ones unless ``partial`` (a hand-written file
         that relies on the defaults); files of older versions are migrated first."""
-        return dataclass_from_dict(cls, migrate(data), required=not partial)
+        data = migrate(data)
+        if isinstance(data.get("model"), dict):
+            data["model"] = ModelConfig.from_dict(data["model"], partial=partial)
+        return dataclass_from_dict(cls, data, required=not partial)
 
 
 def check_device(device) -> str:

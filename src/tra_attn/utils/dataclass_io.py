@@ -1,13 +1,8 @@
-"""Dataclass configs to and from plain dicts: strict loading and per-field help texts for the CLI."""
+"""Dataclass configs from plain dicts (JSON), strictly: unknown fields, and optionally missing ones, are errors."""
 
 from __future__ import annotations
 
 import dataclasses
-
-
-def field_help(cls, name: str) -> str:
-    """The ``help`` metadata of a dataclass field ('' if it has none)."""
-    return next((f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name), "")
 
 
 def dataclass_from_dict(cls, data: dict, required: bool = False):
