@@ -74,12 +74,42 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return latest
 
 
+TRAIN_STATE_KEYS = ("optimizer", "rng", "step")
+
+
 def load_train_state(checkpoint: Path) -> tuple[dict, dict]:
-    """(train_config dict, train_state dict) of a checkpoint; ValueError if missing or corrupt."""
+    """(train_config dict, train_state dict) of a checkpoint; ValueError if missing or corrupt.
+
+    The state is loaded with ``weights_only=True``: a file that needs anything else is not a checkpoint
+    of this library, and is refused without ever unpickling arbitrary objects.
+    """
     checkpoint = Path(checkpoint)
+    config_path, state_path = checkpoint / TRAIN_CONFIG_NAME, checkpoint / TRAIN_STATE_NAME
     try:
-        config = json.loads((checkpoint / TRAIN_CONFIG_NAME).read_text())
-        state = torch.load(checkpoint / TRAIN_STATE_NAME, map_location="cpu", weights_only=True)
-    except (OSError, json.JSONDecodeError, RuntimeError, EOFError) as err:
-        raise ValueError(f"checkpoint {checkpoint} is missing or corrupt training state ({err})") from err
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"checkpoint {checkpoint}: {config_path.name} is missing or not valid JSON ({err})") from None
+    if not state_path.is_file():
+        raise ValueError(f"checkpoint {checkpoint}: {state_path.name} is missing; expected the training state")
+    try:
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception:  # truncated zip, foreign pickle (UnpicklingError), ...: never retry unsafely
+        raise ValueError(
+            f"checkpoint {checkpoint}: {state_path.name} is not a training state written by this library "
+            f"(unreadable or truncated); expected the file that `tra train` saves"
+        ) from None
+    missing = [key for key in TRAIN_STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise ValueError(
+            f"checkpoint {checkpoint}: {state_path.name} lacks {missing}; expected a dict with {list(TRAIN_STATE_KEYS)}"
+        )
     return config, state
+
+
+def remove_interrupted_writes(run_dir: Path) -> list[Path]:
+    """Delete the hidden temporary folders that a killed checkpoint write leaves behind; returns them."""
+    root = Path(run_dir) / "checkpoints"
+    stale = sorted(p for p in root.glob(".step_*") if p.is_dir()) if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale

@@ -23,7 +23,14 @@ from ..metrics import sequence_metrics
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text
 from ..utils.jsonl import append_jsonl, read_jsonl, write_jsonl
-from .checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state, save_checkpoint
+from .checkpoint import (
+    TRAIN_CONFIG_NAME,
+    latest_checkpoint,
+    list_checkpoints,
+    load_train_state,
+    remove_interrupted_writes,
+    save_checkpoint,
+)
 from .config import TrainConfig, check_device
 from .interrupt import deferred_interrupts
 from .optim import build_optimizer, learning_rate
@@ -84,8 +91,64 @@ def validate(model: TransformerLM, config: TrainConfig, batch: TaskBatch, metric
     return metrics
 
 
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields whose values differ between two config dicts."""
+    names = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and key != "task_args":
+            names += config_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            names.append(f"{prefix}{key}")
+    return names
+
+
+def _check_resumable(checkpoint: Path, saved: dict, config: TrainConfig, step: int) -> None:
+    """Same config, or the same one with more ``steps`` (extending a run, stated explicitly)."""
+    differences = config_differences(TrainConfig.from_dict(saved).to_dict(), config.to_dict())
+    if differences == ["steps"] and config.steps > step:
+        print(
+            f"--resume: extending the run from {saved['steps']} to {config.steps} steps (the learning-rate "
+            f"schedule continues as if the run had been planned for {config.steps})"
+        )
+        return
+    if differences:
+        hint = f"; to train past step {step}, change only --steps" if "steps" in differences else ""
+        raise ValueError(
+            f"--resume: the config differs from the one saved in {checkpoint} in {differences}; "
+            f"resume with the same settings or use a new output directory{hint}"
+        )
+
+
+def _load_latest(run_dir: Path, checkpoint: Path, device: str):
+    """(train config dict, train state, model) of the latest checkpoint; if it cannot be loaded, the
+    error names the newest earlier checkpoint that can, and how to resume from it."""
+
+    def load(path: Path):
+        saved, state = load_train_state(path)
+        return saved, state, TransformerLM.from_pretrained(path, device=device)
+
+    try:
+        return load(checkpoint)
+    except ValueError as err:
+        for previous in reversed(list_checkpoints(run_dir)[:-1]):
+            try:
+                load(previous)
+            except ValueError:
+                continue
+            raise ValueError(
+                f"--resume: the latest checkpoint cannot be loaded ({err}); {previous} is intact: move "
+                f"{checkpoint} out of {checkpoint.parent} and run again with --resume to continue from it"
+            ) from None
+        raise ValueError(
+            f"--resume: the latest checkpoint cannot be loaded ({err}); no earlier one is intact"
+        ) from None
+
+
 def _restore(run_dir: Path, config: TrainConfig, resume: bool):
     """(model, optimizer, step, train seconds so far): fresh, or from the run's latest checkpoint."""
+    for path in remove_interrupted_writes(run_dir):
+        print(f"removed {path}: left by an interrupted checkpoint write")
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue or use a new directory")
@@ -95,13 +158,13 @@ def _restore(run_dir: Path, config: TrainConfig, resume: bool):
             print(f"--resume: no checkpoint in {run_dir}; starting from step 0")
         model = TransformerLM(config.model).to(config.device)
         return model, build_optimizer(model, config), 0, 0.0
-    saved_config, state = load_train_state(checkpoint)
-    if TrainConfig.from_dict(saved_config).to_dict() != config.to_dict():
-        raise ValueError(
-            f"--resume: the config differs from the one saved in {checkpoint}; "
-            f"resume with the same settings or use a new output directory"
+    saved_config, state, model = _load_latest(run_dir, checkpoint, config.device)
+    _check_resumable(checkpoint, saved_config, config, state["step"])
+    if state["step"] >= config.steps:
+        print(
+            f"--resume: the run already finished {state['step']} steps; pass --steps N (N > {state['step']}) "
+            "with --resume to train further"
         )
-    model = TransformerLM.from_pretrained(checkpoint, device=config.device)
     optimizer = build_optimizer(model, config)
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
