@@ -80,7 +80,10 @@ def _read_config_file(path: Path) -> dict:
 
 def _config_from_args(args) -> TrainConfig:
     data = migrate(_read_config_file(args.config)) if args.config else {}
-    model = dict(data.pop("model", {}))
+    model = data.pop("model", {})
+    if not isinstance(model, dict):
+        raise ValueError(f"ModelConfig: got {type(model).__name__} in --config; expected a JSON object of fields")
+    model = dict(model)
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:
             model[f.name] = getattr(args, f.name)
