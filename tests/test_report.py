@@ -74,3 +74,22 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         + val("nope", 3e-3, 0, 0.0)  # NaN ranks below everything
     )
     assert select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
+
+
+def test_the_committed_cpu_results_rebuild_into_the_committed_page(tmp_path):
+    """Rows written by 0.1 (version-1 configs, read_acc/reads) still load and give the same page."""
+    import shutil
+    from pathlib import Path
+
+    from tra_attn.experiments.flipflop.report import write_report
+
+    results = Path(__file__).parents[1] / "results"
+    shutil.copytree(results / "flipflop_cpu", tmp_path / "flipflop_cpu")
+    page = write_report(tmp_path / "flipflop_cpu", notes=results / "flipflop_cpu_notes.md", markdown=tmp_path / "p.md")
+    committed = (results / "flipflop_cpu.md").read_text().splitlines()
+    rebuilt = page.read_text().splitlines()
+    assert len(rebuilt) == len(committed)
+    for old, new in zip(committed, rebuilt):
+        if old.startswith(("Regenerate this page", "![accuracy")):
+            continue  # they name the output paths
+        assert new == old
