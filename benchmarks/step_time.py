@@ -5,7 +5,7 @@
 Each run is a fresh ``python -m tra_attn.cli train`` process on the preset's model and recipe (no
 validation, one checkpoint at the end); the time per step is read from the run's metrics.jsonl
 (``elapsed_s`` at the last step, which excludes start-up). Runs of the two checkouts alternate so
-that machine noise hits both alike. Checkouts from before 0.2 (no ``training/`` package) take the
+that machine noise hits both alike (run it on an otherwise idle machine). Checkouts from before 0.2 (no ``training/`` package) take the
 flip-flop parameters as top-level config fields; newer ones as ``task_args``.
 """
 
@@ -52,9 +52,10 @@ def main() -> None:
     args = parser.parse_args()
     for method in args.methods:
         times = {"this": [], "other": []}
-        for _ in range(args.repeats):
-            times["other"].append(seconds_per_step(args.other.resolve(), method, args.steps))
-            times["this"].append(seconds_per_step(HERE, method, args.steps))
+        trees = {"this": HERE, "other": args.other.resolve()}
+        for repeat in range(args.repeats):
+            for name in ("this", "other") if repeat % 2 else ("other", "this"):  # alternate who goes first
+                times[name].append(seconds_per_step(trees[name], method, args.steps))
         this, other = statistics.median(times["this"]), statistics.median(times["other"])
         print(
             f"{method}: this {1000 * this:.1f} ms/step, other {1000 * other:.1f} ms/step "
