@@ -64,7 +64,9 @@ def check(impl, shape, spec, seed=0, dtype=torch.float32, threshold=0.0, prune_t
     clean = [t.to(DEVICE) for t in tra_inputs(b, h, sq, sk, d, dtype=dtype, seed=seed, requires_grad=False)]
     bad = [t.requires_grad_() for t in corrupt(clean, spec)]
     sanitised = [t.requires_grad_() for t in corrupt(clean, [(n, i, 0.0) for n, i, _ in spec])]
-    kw = {"impl": impl, "threshold": threshold, "prune_tau": prune_tau}
+    # A gate of +inf is > 0: validate=True rejects it (test_positive_gates_are_still_rejected).
+    validate = not any(name == "log_gate" and value == INF for name, _, value in spec)
+    kw = {"impl": impl, "threshold": threshold, "prune_tau": prune_tau, "validate": validate}
 
     out = threshold_relative_attention(*bad, **kw)
     ref = threshold_relative_attention(*sanitised, **kw)
@@ -75,7 +77,7 @@ def check(impl, shape, spec, seed=0, dtype=torch.float32, threshold=0.0, prune_t
     assert torch.equal(out[~rows], ref[~rows]), "other rows must equal the sanitised call"
     if prune_tau is None:  # across implementations: the fp64 reference on the sanitised inputs
         exact = tra_naive(*[t.detach().cpu().double() for t in sanitised], d**-0.5, threshold)
-        tol = {torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+        tol = {torch.float64: 1e-10, torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
         assert_close(out[~rows].cpu(), exact[~rows.cpu()], atol=tol, name=f"{impl} vs naive fp64")
     if not grads:
         return
@@ -85,7 +87,10 @@ def check(impl, shape, spec, seed=0, dtype=torch.float32, threshold=0.0, prune_t
     keys = exclusive_keys(rows.cpu(), sk).to(out.device)
     for name, g, w in zip(NAMES, got, want):
         assert torch.isfinite(g).all(), f"d{name} not finite"
-        assert torch.equal(g, w), f"d{name} differs from the sanitised call"
+        if impl == "triton" and g.is_cuda:  # dK/dV are fp32 atomics: the order of the sums varies
+            assert_close(g, w, atol=1e-5 * max(1.0, w.abs().max().item()), name=f"d{name}")
+        else:
+            assert torch.equal(g, w), f"d{name} differs from the sanitised call"
     dq, dk, dv, dg = got
     assert (dq[rows] == 0).all() and (dg[rows] == 0).all(), "a NaN row's q and gate get no gradient"
     assert (dk[keys] == 0).all() and (dv[keys] == 0).all(), "keys seen only by NaN rows get no gradient"
@@ -195,8 +200,9 @@ def test_non_finite_gates_pass_validation(value):
     assert out[0, 0].isnan().any(-1).tolist() == [False, True, False, False]
 
 
-def test_positive_gate_is_reported_next_to_a_nan():
+@pytest.mark.parametrize("value,shown", [(0.5, r"0\.5"), (INF, "inf")])
+def test_positive_gates_are_still_rejected(value, shown):
     q, k, v, g = tra_inputs(1, 1, 4, 4, 8, requires_grad=False)
-    g[0, 0, 1], g[0, 0, 2] = NAN, 0.5
-    with pytest.raises(ValueError, match=r"log_gate = max 0\.5; expected values <= 0"):
+    g[0, 0, 1], g[0, 0, 2] = NAN, value
+    with pytest.raises(ValueError, match=rf"log_gate = max {shown}; expected values <= 0"):
         threshold_relative_attention(q, k, v, g)

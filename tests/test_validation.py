@@ -51,7 +51,7 @@ def test_op_rejects_bad_tensors(mutate, pattern):
         ({"scale": -1.0}, r"scale = -1\.0; expected None or a finite positive number"),
         ({"scale": float("nan")}, r"scale = nan"),
         ({"threshold": float("nan")}, r"threshold = nan; expected a number"),
-        ({"threshold": "0"}, r"threshold = 0; expected a number"),
+        ({"threshold": "0"}, r"threshold = '0' \(a str\); expected a number"),
     ],
 )
 def test_op_rejects_bad_options(kwargs, pattern):

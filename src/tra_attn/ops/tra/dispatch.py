@@ -23,6 +23,15 @@ def _fail(argument: str, value, expected: str):
     raise ValueError(f"threshold_relative_attention: {argument} = {value}; expected {expected}")
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value) -> str:
+    """A value as the error shows it: its repr, with the type when that is not a plain number."""
+    return repr(value) if _is_number(value) else f"{value!r} (a {type(value).__name__})"
+
+
 def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True) -> None:
     """Raise ValueError naming the argument, its value and what was expected.
 
@@ -38,6 +47,8 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
         if t.dtype not in _FLOAT_DTYPES:
             _fail(f"{name}.dtype", t.dtype, "one of float64, float32, bfloat16, float16")
     b, h, sq, d = q.shape
+    if d == 0:
+        _fail("q.shape[-1]", 0, "a head dim D >= 1")
     if k.shape[:2] != (b, h) or k.shape[3] != d:
         _fail("k.shape", tuple(k.shape), f"(B, H, Sk, D) = ({b}, {h}, Sk, {d}) to match q {tuple(q.shape)}")
     if v.shape != k.shape:
@@ -50,16 +61,14 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
         _fail("devices", [str(t.device) for t in (q, k, v, log_gate)], "all inputs on one device")
     if len({t.dtype for t in (q, k, v)}) != 1:
         _fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        _fail("scale", scale, "None or a finite positive number")
-    if not isinstance(threshold, (int, float)) or math.isnan(threshold) or threshold == math.inf:
-        _fail("threshold", threshold, "a number (float('-inf') keeps every causal key)")
+    if scale is not None and not (_is_number(scale) and math.isfinite(scale) and scale > 0):
+        _fail("scale", _shown(scale), "None or a finite positive number")
+    if not _is_number(threshold) or math.isnan(threshold) or threshold == math.inf:
+        _fail("threshold", _shown(threshold), "a number below +inf (float('-inf') keeps every causal key)")
     if impl not in IMPLS:
         _fail("impl", repr(impl), f"one of {IMPLS}")
-    if prune_tau is not None and not (
-        isinstance(prune_tau, (int, float)) and math.isfinite(prune_tau) and prune_tau > 0
-    ):
-        _fail("prune_tau", prune_tau, "None or a finite positive number (prune attention mass below exp(-tau))")
+    if prune_tau is not None and not (_is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
+        _fail("prune_tau", _shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -109,8 +118,9 @@ def threshold_relative_attention(
     i = Sk - Sq + r, is NaN in all D entries iff q_r or log_gate_r (-inf included) has a non-finite
     entry, or some key j <= i has one in k_j or v_j. Every other row is bit-identical to the same
     impl run with the non-finite entries replaced by 0. NaN rows pass no gradient back, non-finite
-    entries get zero gradient, and every other gradient is that of the sanitised call. Such values
-    are not validation errors (NaN and -inf are not > 0); the masks cost no host synchronisation.
+    entries get zero gradient, and every other gradient is that of the sanitised call. NaN and -inf
+    gates are not validation errors (they are not > 0; +inf is, and fails ``validate=True``). The
+    masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
     validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values)

@@ -32,7 +32,10 @@ class _ZeroNonFinite(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *tensors):
-        return tuple(torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for t in tensors)
+        out = tuple(torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for t in tensors)
+        # An output requires grad only where its input does (as without this function).
+        ctx.mark_non_differentiable(*(o for o, needed in zip(out, ctx.needs_input_grad) if not needed))
+        return out
 
     @staticmethod
     def backward(ctx, *grads):
