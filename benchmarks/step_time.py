@@ -4,9 +4,10 @@
 
 Each run is a fresh ``python -m tra_attn.cli train`` process on the preset's model and recipe (no
 validation, one checkpoint at the end); the time per step is read from the run's metrics.jsonl
-(``elapsed_s`` at the last step, which excludes start-up). Runs of the two checkouts alternate so
-that machine noise hits both alike (run it on an otherwise idle machine). Checkouts from before 0.2 (no ``training/`` package) take the
-flip-flop parameters as top-level config fields; newer ones as ``task_args``.
+(``elapsed_s`` at the last step, which excludes start-up). Runs of the two checkouts alternate, and
+so does which goes first, so that machine noise hits both alike; run it on an otherwise idle
+machine. Checkouts from before 0.2 (no ``training/`` package) take the flip-flop parameters as
+top-level config fields; newer ones as ``task_args``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,11 @@ CASES = [
     (["data", "flipflop", "--num", "-5", "--out", "{tmp}/x.txt"], r"--num = -5; expected a positive number"),
     (["data", "flipflop", "--length", "-2", "--out", "{tmp}/x.txt"], r"length = -2; expected a positive even"),
     (["data", "flipflop", "--length", "9", "--out", "{tmp}/x.txt"], r"length = 9; expected a positive even"),
-    (["data", "flipflop", "--out", "{tmp}/a_file/x.txt"], r"--out .*a_file/x\.txt: .*a_file is a file"),
+    (["data", "flipflop", "--out", "{tmp}/a_file/x.txt"], r"--out .*a_file/x\.txt: folder .*a_file is a file"),
+    (
+        ["data", "flipflop", "--out", "{tmp}/a_file/sub/x.txt"],
+        r"--out .*x\.txt: folder .*sub: cannot create it \(Not a directory\)",
+    ),
     # tra train: config fields
     (["train", "--out", "{tmp}/r", "--steps", "0"], r"TrainConfig\.steps = 0; expected a positive integer"),
     (["train", "--out", "{tmp}/r", "--batch-size", "0"], r"TrainConfig\.batch_size = 0; expected a positive"),
@@ -90,6 +94,8 @@ CASES = [
     (["flipflop", "--lrs", "-0.001", "--out", "{tmp}/ff"], r"--lrs = \[-0\.001\]; expected finite positive"),
     (["flipflop", "--lrs", "nan", "--out", "{tmp}/ff"], r"--lrs = \[nan\]; expected finite positive"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file"], r"--out .*a_file is a file; expected a directory"),
+    (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file/ff"], r"--out .*a_file/ff: cannot create it"),
+    (["train", "--out", "{tmp}/a_file/r"], r"run directory .*a_file/r: cannot create it \(Not a directory\)"),
     (["report", "{tmp}/results"], r"rows of task 'sorting'; expected one of \['flipflop'\]"),
     (["report", "{tmp}/a_file"], r"results\.jsonl is missing or empty"),
 ]

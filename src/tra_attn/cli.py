@@ -16,17 +16,12 @@ from .data.synthetic import TASKS, make_task
 from .experiments import experiments
 from .models import ModelConfig
 from .training.config import TrainConfig, migrate
+from .utils.atomic import make_directory
 from .utils.cli_help import HelpFormatter
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _default_of(f: dataclasses.Field):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    return None
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +31,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
             if f.name in ("model", "task", "task_args"):
                 continue
-            default = _default_of(f)
+            default = f.default
             shown = "the task's vocabulary size" if f.name == "vocab_size" else default
             help_text = f"{f.metadata.get('help', '')} (default: {shown})"
             if isinstance(default, bool):
@@ -101,9 +96,7 @@ def check_output_file(path: Path, flag: str) -> Path:
     """Before any work: ``path`` must not be a directory; its folder is created if missing."""
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a directory; expected a file path")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ValueError(f"{flag} {path}: {path.parent} is a file; expected a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent, f"{flag} {path}: folder")
     return path
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..utils.atomic import atomic_write, atomic_write_text
+from ..utils.atomic import atomic_write, atomic_write_text, make_directory
 from .config import ModelConfig
 
 CONFIG_NAME = "config.json"
@@ -18,10 +18,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 def save_pretrained(model, directory: str | os.PathLike) -> None:
     """Write config.json and model.safetensors, each atomically (temp file, then rename)."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"save_pretrained: {directory} is a file; expected a directory (new or existing)")
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_directory(directory, "save_pretrained:")
     state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
     atomic_write(directory / WEIGHTS_NAME, lambda path: save_file(state, str(path)))
     atomic_write_text(directory / CONFIG_NAME, model.config.to_json())

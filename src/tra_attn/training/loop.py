@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..data.synthetic import Task, TaskBatch
 from ..metrics import sequence_metrics
 from ..models import IGNORE_INDEX, TransformerLM
-from ..utils.atomic import atomic_write_text
+from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import append_jsonl, read_jsonl, write_jsonl
 from .checkpoint import (
     TRAIN_CONFIG_NAME,
@@ -188,10 +188,7 @@ def train(
     KeyboardInterrupt.
     """
     check_device(config.device)
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run directory {run_dir} is a file; expected a directory (new or existing)")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = make_directory(run_dir, "run directory")
     metrics_path = run_dir / METRICS_NAME
     model, optimizer, start, seconds_before = _restore(run_dir, config, resume)
     # Log rows written after the checkpoint will be produced again.

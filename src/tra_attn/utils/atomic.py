@@ -31,3 +31,15 @@ def usual_mode(base: int) -> int:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def make_directory(path: str | os.PathLike, what: str) -> Path:
+    """``mkdir -p path``, or a ValueError naming ``what`` (e.g. '--out x') and why it cannot be a folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file; expected a directory (new or existing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{what} {path}: cannot create it ({err.strerror}); expected a writable directory") from None
+    return path

@@ -22,7 +22,7 @@ from ...training import TrainConfig, train
 from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
 from ...training.evaluation import evaluate_checkpoint, result_rows
 from ...training.loop import METRICS_NAME
-from ...utils.atomic import atomic_write_text
+from ...utils.atomic import atomic_write_text, make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ...utils.provenance import git_commit
 from .presets import PRESETS, TASK_ARGS, Preset
@@ -137,10 +137,7 @@ def run_flipflop(
         raise ValueError(f"--steps = {steps}; expected a positive integer")
     if lrs is not None and not all(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0 for lr in lrs):
         raise ValueError(f"--lrs = {lrs}; expected finite positive learning rates")
-    out = Path(out or f"runs/flipflop_{preset_name}")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; expected a directory (new or existing)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_directory(out or f"runs/flipflop_{preset_name}", "--out")
     git_commit()  # record the code version now, before anything can change the working tree
     rows = []
     for method in methods:

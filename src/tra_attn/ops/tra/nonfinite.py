@@ -10,7 +10,8 @@ through unchanged; a non-finite entry is seen only by poisoned rows, so the impl
 gradient for it is exactly 0, as for every entry of such a q, k, v or log_gate row.
 
 Cost, next to the O(Sq * Sk * D) op: per input a max and a min reduction and one ``nan_to_num``
-copy, and one select forward and backward on the output. Full-size ``isfinite``, ``where`` and
+copy, and one select forward and backward on the output; on the CPU a clean batch pays only the
+reductions (``sanitize``). Full-size ``isfinite``, ``where`` and
 ``masked_fill`` are avoided on the inputs: on CPU they are several times slower than a reduction or a
 copy, and ``nan_to_num``'s own backward would run ``isfinite``. max/min propagate NaN and show +-inf.
 """
@@ -44,15 +45,22 @@ class _ZeroNonFinite(torch.autograd.Function):
 
 def sanitize(q, k, v, log_gate):
     """(q, k, v, log_gate) with every non-finite entry replaced by 0, and the (B, H, Sq) bool mask
-    of the output rows that must be NaN."""
+    of the output rows that must be NaN (None when there are none and nothing needs replacing).
+
+    On the CPU, outside torch.compile, a clean batch (the usual case) skips the copies: asking whether
+    anything is bad costs no device synchronisation there. On other devices and under compile the
+    branch-free path always runs, so nothing waits for the device and nothing breaks the graph.
+    """
     bad_key = bad_rows(k) | bad_rows(v)  # (B, H, Sk)
+    bad_query = bad_rows(q) | ~torch.isfinite(log_gate)  # (B, H, Sq)
+    if q.device.type == "cpu" and not torch.compiler.is_compiling() and not (bad_key.any() or bad_query.any()):
+        return q, k, v, log_gate, None
     sq, sk = q.shape[2], k.shape[2]
     # Row r sees keys j <= Sk - Sq + r: it is poisoned once a bad key has appeared up to its position.
     sees_bad_key = bad_key.cumsum(-1)[..., sk - sq :] > 0
-    poisoned = sees_bad_key | bad_rows(q) | ~torch.isfinite(log_gate)
-    return (*_ZeroNonFinite.apply(q, k, v, log_gate), poisoned)
+    return (*_ZeroNonFinite.apply(q, k, v, log_gate), sees_bad_key | bad_query)
 
 
-def poison(out: torch.Tensor, poisoned: torch.Tensor) -> torch.Tensor:
+def poison(out: torch.Tensor, poisoned: torch.Tensor | None) -> torch.Tensor:
     """NaN on every entry of the poisoned rows of out (B, H, Sq, D); they pass no gradient back."""
-    return torch.where(poisoned[..., None], float("nan"), out)
+    return out if poisoned is None else torch.where(poisoned[..., None], float("nan"), out)
