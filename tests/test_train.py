@@ -233,3 +233,14 @@ def test_bf16_autocast_training_runs(tmp_path):
     assert all(torch.isfinite(torch.tensor(loss)) for _, loss in losses(tmp_path))
     with pytest.raises(ValueError, match=r"precision = 'fp16'; expected 'fp32' or 'bf16'"):
         tiny(precision="fp16")
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager(tmp_path):
+    """--compile trains through torch.compile: the same losses as eager, to compiler rounding."""
+    model = ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2, attention="tra")
+    train(tiny(model=model, steps=3, eval_every=0), tmp_path / "eager", progress=False)
+    train(tiny(model=model, steps=3, eval_every=0, compile=True), tmp_path / "compiled", progress=False)
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert [s for s, _ in eager] == [s for s, _ in compiled] == [1, 2, 3]
+    assert [loss for _, loss in compiled] == pytest.approx([loss for _, loss in eager], rel=1e-4)

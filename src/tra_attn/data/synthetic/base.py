@@ -70,9 +70,6 @@ class Task:
         """Summary numbers of a batch (printed by ``tra data``, tabulated by reports)."""
         return {"sequences": batch.tokens.shape[0], "length": batch.tokens.shape[1]}
 
-    def params(self) -> dict:
-        return dataclasses.asdict(self)
-
     def write_text(self, path: str | Path, batch: TaskBatch) -> None:
         """One sequence per line, written atomically."""
         from ...utils.atomic import atomic_write_text
