@@ -92,6 +92,8 @@ def test_triton_needs_cuda_or_the_interpreter_and_a_head_dim_up_to_128(monkeypat
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(ValueError, match=r"q\.shape\[-1\] = 160; expected a head dim D <= 128 for impl='triton'"):
         threshold_relative_attention(*inputs(d=160), impl="triton")
+    with pytest.raises(ValueError, match=r"q\.dtype = torch\.float64; expected float32, bfloat16 or float16 for impl="):
+        threshold_relative_attention(*inputs(dtype=torch.float64), impl="triton")
 
 
 def test_validate_false_skips_only_the_value_check():

@@ -74,6 +74,8 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
         if q.shape[-1] > 128:
             _fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
+        if q.dtype == torch.float64:
+            _fail("q.dtype", q.dtype, "float32, bfloat16 or float16 for impl='triton' (fp64 runs on 'chunked')")
     if check_values and log_gate.numel() and bool((log_gate > 0).any()):
         worst = log_gate[log_gate > 0].max().item()  # NaN-free: NaN is not > 0
         _fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
@@ -134,7 +136,9 @@ def threshold_relative_attention(
 
 def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None):
     if impl == "auto":
-        impl = "triton" if q.is_cuda and triton_available() and q.shape[-1] <= 128 else "chunked"
+        # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
+        fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
+        impl = "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
     if impl == "naive":
         return tra_naive(q, k, v, log_gate, scale, threshold)
     if impl == "triton":
