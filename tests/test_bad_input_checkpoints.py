@@ -117,7 +117,7 @@ def test_a_finished_run_is_extended_only_with_an_explicit_larger_steps(run, fini
     with pytest.raises(ValueError, match=r"differs .* in \['lr', 'steps'\].*change only --steps"):
         train(tiny(steps=12, lr=1e-2), run, resume=True, progress=False)
     train(tiny(steps=12), run, resume=True, progress=False)
-    assert "extending the run from 8 to 12 steps" in capsys.readouterr().out
+    assert "changing the run's length from 8 to 12 steps" in capsys.readouterr().out
     assert latest(run).name == "step_0000012"
     assert weights(run).keys() == weights(finished_run).keys()
     with pytest.raises(ValueError, match=r"differs .* in \['model\.dropout'\]"):

@@ -108,7 +108,7 @@ def _check_resumable(checkpoint: Path, saved: dict, config: TrainConfig, step: i
     differences = config_differences(TrainConfig.from_dict(saved).to_dict(), config.to_dict())
     if differences == ["steps"] and config.steps > step:
         print(
-            f"--resume: extending the run from {saved['steps']} to {config.steps} steps (the learning-rate "
+            f"--resume: changing the run's length from {saved['steps']} to {config.steps} steps (the learning-rate "
             f"schedule continues as if the run had been planned for {config.steps})"
         )
         return
@@ -147,11 +147,11 @@ def _load_latest(run_dir: Path, checkpoint: Path, device: str):
 
 def _restore(run_dir: Path, config: TrainConfig, resume: bool):
     """(model, optimizer, step, train seconds so far): fresh, or from the run's latest checkpoint."""
-    for path in remove_interrupted_writes(run_dir):
-        print(f"removed {path}: left by an interrupted checkpoint write")
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue or use a new directory")
+    for path in remove_interrupted_writes(run_dir):
+        print(f"removed {path}: left by an interrupted checkpoint write")
     torch.manual_seed(config.seed)
     if checkpoint is None:
         if resume:
