@@ -1,0 +1,344 @@
+"""Corpora of real text as cached, memory-mapped token arrays (nanoGPT style), and the named benchmarks.
+
+A corpus is a text file, a ``.gz`` file, or a folder of ``*.txt`` / ``*.txt.gz`` files (sorted, recursive)
+whose documents are joined by the tokenizer's separator. It is tokenized once: the ids go to a raw
+``.bin`` file (uint16 or uint32) plus a JSON sidecar, under a cache folder, keyed by a hash of the files'
+content, their relative names and the tokenizer's ``describe()``; later calls only hash and memory-map.
+Nothing here touches the network except ``download_wikitext103``, which nothing calls implicitly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ...utils.atomic import atomic_write, atomic_write_text, make_directory
+from .tokenizers import DEFAULT_TOKENIZER, Tokenizer, make_tokenizer, token_dtype
+
+CACHE_ENV = "TRA_CACHE_DIR"
+DEFAULT_CACHE_DIR = Path("~/.cache/tra_attn/tokens")
+CACHE_FORMAT = 1  # bump when the layout of the .bin/.json pair or the joining of documents changes
+TEXT_SUFFIXES = (".txt", ".txt.gz")
+
+AUSTEN_TRAIN = ("emma", "mansfieldpark", "northangerabbey", "prideprejudice", "sensesensibility")
+AUSTEN_VALIDATION = ("persuasion",)
+WIKITEXT103_FILES = {"train": "wiki.train.raw", "validation": "wiki.valid.raw", "test": "wiki.test.raw"}
+
+
+@dataclass(frozen=True)
+class TokenArray:
+    """A tokenized corpus: ``tokens`` (1-d read-only np.memmap), its ``.bin`` file and sidecar metadata.
+
+    ``built`` is True when this call tokenized the corpus, False when it was read from the cache.
+    """
+
+    tokens: np.ndarray
+    path: Path
+    meta: dict = field(repr=False)
+    built: bool = False
+
+    def __len__(self) -> int:
+        """The number of tokens."""
+        return len(self.tokens)
+
+
+def resolve_cache_dir(path: str | os.PathLike | None = None) -> Path:
+    """The token cache folder: ``path`` if given, else ``$TRA_CACHE_DIR``, else ``~/.cache/tra_attn/tokens``."""
+    if path is None:
+        path = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+    return Path(path).expanduser()
+
+
+def corpus_files(source: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[Path, list[Path]]:
+    """(root, files) of a corpus: one file, a folder (its ``*.txt``/``*.txt.gz``, sorted, recursive) or a list.
+
+    File names relative to ``root`` go into the cache key, so a corpus folder can move without a rebuild.
+    """
+    if isinstance(source, str | os.PathLike):
+        path = Path(source).expanduser()
+        if path.is_dir():
+            files = sorted(
+                (p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES)),
+                key=lambda p: p.relative_to(path).as_posix(),
+            )
+            if not files:
+                raise ValueError(
+                    f"corpus folder {path} has no text files; expected *.txt or *.txt.gz files (searched recursively)"
+                )
+            return path, files
+        return path.parent, [_check_file(path)]
+    files = [_check_file(Path(p).expanduser()) for p in source]
+    if not files:
+        raise ValueError("corpus: an empty list of files; expected at least one text file")
+    if len({p.resolve() for p in files}) != len(files):
+        raise ValueError(f"corpus: files {[str(p) for p in files]} list a file twice; expected distinct files")
+    return Path(os.path.commonpath([os.path.abspath(p.parent) for p in files])), files
+
+
+def _check_file(path: Path) -> Path:
+    """``path`` if it is an existing regular file, else a ValueError saying what a corpus path must be."""
+    if not path.exists():
+        raise ValueError(
+            f"corpus path {path} does not exist; expected a text file, a .gz file, or a folder of *.txt / *.txt.gz"
+        )
+    if not path.is_file():
+        raise ValueError(f"corpus path {path} is not a regular file; expected a text file or a .gz file")
+    return path
+
+
+def read_document(path: str | os.PathLike) -> bytes:
+    """The content of one corpus file, gunzipped if its name ends in ``.gz``; ValueError naming a bad file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"corpus file {path}: cannot read it ({err.strerror}); expected a readable file") from None
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise ValueError(
+                f"corpus file {path}: not a valid gzip file ({err}); expected gzip-compressed text"
+            ) from None
+    return data
+
+
+def corpus_key(root: Path, files: Sequence[Path], tokenizer: Tokenizer) -> tuple[str, list[dict]]:
+    """sha256 of (cache format, tokenizer description, each file's relative name and content hash).
+
+    Hashes the files as stored (compressed for ``.gz``): cheap enough to run on every call.
+    """
+    entries = []
+    for path in files:
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 22), b""):
+                    digest.update(block)
+        except OSError as err:
+            raise ValueError(f"corpus file {path}: cannot read it ({err.strerror}); expected a readable file") from None
+        entries.append({"name": _relative_name(root, path), "sha256": digest.hexdigest()})
+    identity = {"format": CACHE_FORMAT, "tokenizer": tokenizer.describe(), "files": entries}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest(), entries
+
+
+def _relative_name(root: Path, path: Path) -> str:
+    """``path`` relative to ``root`` in POSIX form: the name that enters the cache key."""
+    return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+
+
+def tokenize_corpus(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    tokenizer: str | Tokenizer = DEFAULT_TOKENIZER,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> TokenArray:
+    """The tokens of a corpus (see ``corpus_files``), memory-mapped from the cache; tokenized on the first call.
+
+    Documents are joined by ``tokenizer.separator`` (``<|endoftext|>`` for gpt2, a newline for bytes);
+    empty documents are skipped. ``cache_dir`` overrides the cache folder (see ``resolve_cache_dir``); ``progress``
+    shows a bar over the files while tokenizing.
+    """
+    if isinstance(tokenizer, str):
+        tokenizer = make_tokenizer(tokenizer)
+    root, files = corpus_files(source)
+    key, entries = corpus_key(root, files, tokenizer)
+    folder = resolve_cache_dir(cache_dir)
+    dtype = token_dtype(tokenizer.vocab_size)
+    bin_path = folder / f"{tokenizer.name}-{key[:32]}.bin"
+    meta_path = bin_path.with_suffix(".json")
+    meta = _cached_meta(meta_path, bin_path, key, dtype)
+    built = meta is None
+    if built:
+        make_directory(folder, "token cache folder")
+        meta = _build(bin_path, root, files, entries, key, tokenizer, dtype, progress)
+        atomic_write_text(meta_path, json.dumps(meta, indent=1) + "\n")
+    tokens = np.memmap(bin_path, dtype=dtype, mode="r", shape=(meta["length"],))
+    return TokenArray(tokens=tokens, path=bin_path, meta=meta, built=built)
+
+
+def _cached_meta(meta_path: Path, bin_path: Path, key: str, dtype: np.dtype) -> dict | None:
+    """The sidecar of a complete cache entry for ``key``, or None (absent, unreadable or inconsistent)."""
+    try:
+        meta = json.loads(meta_path.read_text())
+        size = bin_path.stat().st_size
+    except (OSError, ValueError):
+        return None
+    ok = (
+        isinstance(meta, dict)
+        and meta.get("key") == key
+        and meta.get("dtype") == dtype.name
+        and isinstance(meta.get("length"), int)
+        and meta["length"] > 0
+        and size == meta["length"] * dtype.itemsize
+    )
+    return meta if ok else None
+
+
+def _build(bin_path, root, files, entries, key, tokenizer, dtype, progress) -> dict:
+    """Tokenize ``files`` into ``bin_path`` (atomically) and return the sidecar metadata."""
+    separator = np.asarray(tokenizer.separator, dtype=dtype)
+    counts = []
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as out:
+            bar = tqdm(files, desc=f"tokenizing ({tokenizer.name})", unit="file", disable=not progress, leave=False)
+            for path in bar:
+                try:
+                    ids = tokenizer.encode_array(read_document(path))
+                except ValueError as err:
+                    message = str(err)
+                    raise ValueError(message if str(path) in message else f"corpus file {path}: {message}") from None
+                if len(ids) and sum(counts):
+                    separator.tofile(out)
+                np.asarray(ids, dtype=dtype).tofile(out)
+                counts.append(len(ids))
+        if not sum(counts):
+            raise ValueError(
+                f"corpus {root} is empty: its {len(files)} file(s) {[str(p) for p in files[:3]]}"
+                f"{' ...' if len(files) > 3 else ''} hold no text; expected at least one token"
+            )
+
+    atomic_write(bin_path, write)
+    documents = sum(1 for n in counts if n)
+    length = sum(counts) + len(separator) * max(documents - 1, 0)
+    return {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "dtype": dtype.name,
+        "length": length,
+        "documents": documents,
+        "tokenizer": tokenizer.describe(),
+        "root": os.path.abspath(root),
+        "sources": [os.path.abspath(p) for p in files],
+        "files": [dict(entry, tokens=n) for entry, n in zip(entries, counts)],
+    }
+
+
+# ---- named benchmarks ----------------------------------------------------------------------------
+
+
+def find_corpora_dir(start: str | os.PathLike | None = None, pattern: str = "austen_*.txt*") -> Path | None:
+    """The first ``shared/corpora`` or ``corpora`` folder holding files that match ``pattern``, walking up.
+
+    Walks up from ``start`` (default: the working directory), then from this package's location, so a
+    checkout finds the team's ``../shared/corpora`` beside the repository. None if there is none.
+    """
+    origins = [Path(start)] if start is not None else [Path.cwd(), Path(__file__).resolve().parent]
+    for origin in origins:
+        for folder in [origin.resolve(), *origin.resolve().parents]:
+            for candidate in (folder / "shared" / "corpora", folder / "corpora"):
+                if candidate.is_dir() and any(candidate.glob(pattern)):
+                    return candidate
+    return None
+
+
+def austen_files(data_dir: str | os.PathLike | None = None) -> dict[str, list[Path]]:
+    """The ``austen`` benchmark: train = five Austen novels, validation = *Persuasion* (a whole held-out book).
+
+    Reads ``austen_<novel>.txt.gz`` (or ``.txt``) from ``data_dir``, by default the corpora folder that
+    ``find_corpora_dir`` finds.
+    """
+    if data_dir is None:
+        data_dir = find_corpora_dir()
+        if data_dir is None:
+            raise ValueError(
+                f"austen: no corpora folder with austen_*.txt.gz files found above {Path.cwd()} or the package; "
+                "pass --data-dir (the folder holding austen_<novel>.txt.gz)"
+            )
+    data_dir = Path(data_dir).expanduser()
+    if not data_dir.is_dir():
+        raise ValueError(f"austen: --data-dir {data_dir} is not a folder; expected the folder of austen_*.txt.gz")
+
+    def novel(name: str) -> Path:
+        for suffix in (".txt.gz", ".txt"):
+            path = data_dir / f"austen_{name}{suffix}"
+            if path.is_file():
+                return path
+        raise ValueError(f"austen: {data_dir} has no austen_{name}.txt.gz (or .txt); expected all six novels there")
+
+    return {"train": [novel(n) for n in AUSTEN_TRAIN], "validation": [novel(n) for n in AUSTEN_VALIDATION]}
+
+
+def wikitext103_files(data_dir: str | os.PathLike | None = None) -> dict[str, list[Path]]:
+    """The ``wikitext103`` benchmark: ``wiki.{train,valid,test}.raw`` from ``data_dir`` (no default location)."""
+    if data_dir is None:
+        raise ValueError(
+            "wikitext103: no data folder given; pass --data-dir (the folder holding wiki.train.raw, "
+            "wiki.valid.raw, wiki.test.raw, e.g. from download_wikitext103)"
+        )
+    data_dir = Path(data_dir).expanduser()
+    splits = {}
+    for split, name in WIKITEXT103_FILES.items():
+        path = data_dir / name
+        if not path.is_file():
+            raise ValueError(
+                f"wikitext103: {path} does not exist; expected {sorted(WIKITEXT103_FILES.values())} in --data-dir"
+            )
+        splits[split] = [path]
+    return splits
+
+
+BENCHMARKS = {"austen": austen_files, "wikitext103": wikitext103_files}
+
+
+def benchmark_files(name: str, data_dir: str | os.PathLike | None = None) -> dict[str, list[Path]]:
+    """The files of each split of the benchmark ``name``; ValueError naming what is wrong."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"benchmark = {name!r}; expected one of {sorted(BENCHMARKS)}")
+    return BENCHMARKS[name](data_dir)
+
+
+def load_benchmark(
+    name: str,
+    tokenizer: str | Tokenizer = DEFAULT_TOKENIZER,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict[str, TokenArray]:
+    """The token arrays of every split of the benchmark ``name`` (e.g. ``{'train': ..., 'validation': ...}``)."""
+    if isinstance(tokenizer, str):
+        tokenizer = make_tokenizer(tokenizer)
+    return {
+        split: tokenize_corpus(files, tokenizer, cache_dir=cache_dir, progress=progress)
+        for split, files in benchmark_files(name, data_dir).items()
+    }
+
+
+def download_wikitext103(data_dir: str | os.PathLike) -> Path:
+    """Write ``wiki.{train,valid,test}.raw`` into ``data_dir`` from Hugging Face's ``wikitext-103-raw-v1``.
+
+    Optional and networked: needs the ``datasets`` package and access to the Hugging Face hub. Rows are
+    the raw files' lines; blank rows are written back as the raw files' blank lines (a single space).
+    """
+    if importlib.util.find_spec("datasets") is None:
+        raise ValueError(
+            "download_wikitext103: the Python package 'datasets' is not installed; expected `pip install datasets` "
+            "(or place wiki.train.raw, wiki.valid.raw, wiki.test.raw in --data-dir yourself)"
+        )
+    import datasets
+
+    folder = make_directory(Path(data_dir).expanduser(), "wikitext103 --data-dir")
+    dataset = datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1")
+    for split, name in WIKITEXT103_FILES.items():
+        rows = dataset[split]["text"]
+
+        def write(tmp: Path, rows=rows) -> None:
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                for row in rows:
+                    f.write(row if row else " \n")
+
+        atomic_write(folder / name, write)
+    return folder
