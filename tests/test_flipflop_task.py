@@ -140,5 +140,5 @@ def test_bad_length(length):
 
 def test_task_registry():
     assert isinstance(make_task("flipflop", p_ignore=0.5), FlipFlop)
-    with pytest.raises(ValueError, match=r"task = 'copy'; expected one of \['flipflop'\]"):
+    with pytest.raises(ValueError, match=r"task = 'copy'; expected one of \['flipflop', 'lm'\]"):
         make_task("copy")

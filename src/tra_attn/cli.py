@@ -135,12 +135,14 @@ def cmd_eval(args) -> None:
     )
     if args.out:
         write_jsonl(args.out, rows)
-    print("split      length  full_seq_acc  token_acc  sequences")
-    table = {}
+    table: dict[tuple, dict] = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
-    for (split, length), m in table.items():
-        print(f"{split:<10} {length:>6}  {m['full_seq_acc']:>12.4f}  {m['token_acc']:>9.4f}  {int(m['sequences']):>9}")
+    metrics = list(next(iter(table.values())))
+    print(f"{'split':<10} {'length':>6}  " + "  ".join(f"{name:>13}" for name in metrics))
+    for (split, length), values in table.items():
+        cells = (f"{v:>13.4f}" if isinstance(v, float) else f"{v:>13}" for v in (values[name] for name in metrics))
+        print(f"{split:<10} {length:>6}  " + "  ".join(cells))
 
 
 def cmd_report(args) -> None:
@@ -161,6 +163,8 @@ def _add_data_parser(sub) -> None:
     data = sub.add_parser("data", help="write generated task sequences to a text file")
     data_sub = data.add_subparsers(dest="task", required=True, metavar="TASK")
     for name, cls in TASKS.items():
+        if not cls.has_text_format:
+            continue
         p = data_sub.add_parser(name, help=(cls.__doc__ or name).strip().splitlines()[0], formatter_class=HelpFormatter)
         for f in dataclasses.fields(cls):
             if isinstance(f.default, bool):

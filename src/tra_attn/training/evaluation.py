@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..data.synthetic import make_task
-from ..metrics import sequence_metrics
 from ..models import TransformerLM
 from ..utils.provenance import git_commit
 from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
@@ -59,12 +58,16 @@ def evaluate_checkpoint(
             f"vocabulary size {the_task.vocab_size}"
         )
     common = {"task": task_name, "method": model.config.attention, "seed": train_config.get("seed")}
+    if data is not None and not the_task.has_text_format:
+        raise ValueError(f"--data: the {task_name} task has no one-sequence-per-line format; expected no --data")
     if data is not None:
-        tests = [(Path(data).stem, batch) for batch in the_task.read_text(data)]
+        tests = [(Path(data).stem, batch, batch.tokens.shape[1]) for batch in the_task.read_text(data)]
     else:
-        tests = [(t.split, t.batch) for t in the_task.eval_splits(length, sequences)]
+        tests = [
+            (t.split, t.batch, t.length or t.batch.tokens.shape[1]) for t in the_task.eval_splits(length, sequences)
+        ]
     rows = []
-    for split, batch in tests:
-        metrics = sequence_metrics(model, batch.tokens.to(device), batch.loss_mask.to(device))
-        rows += result_rows(metrics, split=split, length=batch.tokens.shape[1], config=train_config, **common)
+    for split, batch, reported_length in tests:
+        metrics = the_task.metrics(model, batch.tokens.to(device), batch.loss_mask.to(device))
+        rows += result_rows(metrics, split=split, length=reported_length, config=train_config, **common)
     return rows

@@ -19,7 +19,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.synthetic import Task, TaskBatch
-from ..metrics import sequence_metrics
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import append_jsonl, read_jsonl, write_jsonl
@@ -178,12 +177,13 @@ def train(
     run_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
-    metrics_fn: ValidationFn = sequence_metrics,
+    metrics_fn: ValidationFn | None = None,
 ) -> Path:
     """Train (or continue training) a model in ``run_dir``; returns the final checkpoint directory.
 
     Writes ``run_dir/train_config.json``, ``run_dir/metrics.jsonl`` (training rows every ``log_every``
-    steps, ``val_*`` rows from ``metrics_fn`` on held-out sequences every ``eval_every`` steps) and
+    steps, ``val_*`` rows on the task's held-out sequences every ``eval_every`` steps, from ``metrics_fn``
+    or else the task's own metrics) and
     ``run_dir/checkpoints/``. Ctrl-C finishes the current step, saves a checkpoint and raises
     KeyboardInterrupt.
     """
@@ -196,7 +196,8 @@ def train(
     write_jsonl(metrics_path, kept)
     atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(config.to_dict(), indent=2, sort_keys=True))
     task = config.task_instance()
-    validation = task.sample(config.eval_sequences, config.length, VALIDATION_SEED + config.seed)
+    validation = task.validation(config.eval_sequences, config.length, VALIDATION_SEED + config.seed)
+    metrics_fn = metrics_fn or task.metrics
     step_model = torch.compile(model) if config.compile else model
     t0 = time.perf_counter()
 

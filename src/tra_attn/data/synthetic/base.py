@@ -1,4 +1,4 @@
-"""The protocol every procedural task follows, and the task registry.
+"""The protocol every task follows (procedural ones here, text in ``data/text``), and the task registry.
 
 A task is a frozen dataclass whose fields are its parameters (they become ``tra data TASK`` flags and
 ``TrainConfig.task_args``). It generates batches as a pure function of (num, length, seed), marks the
@@ -28,11 +28,13 @@ class TaskBatch:
 
 @dataclass(frozen=True)
 class EvalSplit:
-    """One test set: a name (e.g. 'iid', 'sparse'), the task parameters it uses, and its sequences."""
+    """One test set: a name (e.g. 'iid', 'sparse'), the task parameters it uses, its sequences, and the
+    length its rows report (default: the sequences' length in tokens)."""
 
     split: str
     params: dict
     batch: TaskBatch
+    length: int | None = None
 
 
 class Task:
@@ -40,6 +42,7 @@ class Task:
 
     name: ClassVar[str]
     vocab_size: ClassVar[int]
+    has_text_format: ClassVar[bool] = True  # one sequence per line of text (``tra data``, ``tra eval --data``)
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
@@ -50,6 +53,16 @@ class Task:
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same arguments always give the same batch."""
         raise NotImplementedError
+
+    def validation(self, num: int, length: int, seed: int) -> TaskBatch:
+        """Held-out sequences for validation during training; by default fresh samples from ``seed``."""
+        return self.sample(num, length, seed)
+
+    def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+        """Evaluation metrics of ``model`` on a batch; by default accuracy over the scored tokens."""
+        from ...metrics import sequence_metrics
+
+        return sequence_metrics(model, tokens, loss_mask)
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """The standard test sets for a model trained on ``train_length``-token sequences."""

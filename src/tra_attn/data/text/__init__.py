@@ -24,6 +24,7 @@ from .corpus import (
     tokenize_corpus,
     wikitext103_files,
 )
+from .task import LanguageModelling  # registers the 'lm' task
 from .tokenizers import (
     DEFAULT_TOKENIZER,
     TOKENIZERS,
@@ -37,6 +38,7 @@ from .tokenizers import (
 from .windows import EvalWindow, batch_from_windows, eval_batch, eval_windows, train_window_starts
 
 __all__ = [
+    "LanguageModelling",
     "AUSTEN_TRAIN",
     "AUSTEN_VALIDATION",
     "BENCHMARKS",

@@ -65,6 +65,10 @@ class Tokenizer:
         """Name, vocabulary size, separator and the sha256 of every file used: enough to rebuild it exactly."""
         raise NotImplementedError
 
+    def token_byte_lengths(self) -> np.ndarray:
+        """(vocab_size,) int64: the UTF-8 bytes each id stands for (bits per byte divide by their sum)."""
+        return np.array([len(self.decode_bytes([i])) for i in range(self.vocab_size)], dtype=np.int64)
+
     def check_ids(self, ids) -> list[int]:
         """``ids`` (a list, array or tensor) as a list of ints, or a ValueError naming the first bad id."""
         array = np.asarray(ids.cpu() if hasattr(ids, "cpu") else ids)

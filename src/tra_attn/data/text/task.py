@@ -1,0 +1,119 @@
+"""Language modelling as a task of the harness: windows of a tokenized corpus, every next token scored.
+
+``tra train --task lm --task-arg corpus=austen`` trains on the benchmark's train split and validates on
+its validation split; a corpus given as a path needs ``validation_text=PATH`` too. Training windows are a
+pure function of (seed, step), so resume stays exact. Evaluation (``tra eval``) scores the same
+validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping windows:
+loss, perplexity and bits per byte.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..synthetic.base import EvalSplit, Task, TaskBatch, register_task
+from .corpus import BENCHMARKS, benchmark_files, tokenize_corpus
+from .tokenizers import TOKENIZERS, make_tokenizer
+from .windows import batch_from_windows, train_window_starts
+
+EVAL_FACTORS = (1, 2, 4, 8, 16)
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(name: str):
+    return make_tokenizer(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _splits(corpus: str, validation: str | None, tokenizer: str, data_dir: str | None) -> dict[str, np.ndarray]:
+    """The token arrays of the train and validation splits (memory-mapped, tokenized once and cached)."""
+    if corpus in BENCHMARKS:
+        files = benchmark_files(corpus, data_dir)
+        sources = {"train": files["train"], "validation": files["validation"]}
+    else:
+        sources = {"train": corpus, "validation": validation}
+    return {split: tokenize_corpus(source, _tokenizer(tokenizer)).tokens for split, source in sources.items()}
+
+
+def _windows(tokens: np.ndarray, starts: np.ndarray, length: int) -> TaskBatch:
+    """Windows of ``length + 1`` tokens (``length`` inputs and their next tokens), every label scored."""
+    inputs, labels = batch_from_windows(tokens, starts, length)
+    sequences = torch.cat([inputs, labels[:, -1:]], dim=1)
+    mask = torch.ones_like(sequences, dtype=torch.bool)
+    mask[:, 0] = False  # the first token is never a label
+    return TaskBatch(sequences, mask)
+
+
+@register_task
+@dataclass(frozen=True)
+class LanguageModelling(Task):
+    """Next-token prediction on a text corpus (a benchmark, or your own files)."""
+
+    corpus: str = field(default="austen", metadata={"help": f"a benchmark ({', '.join(BENCHMARKS)}) or a text path"})
+    validation_text: str | None = field(default=None, metadata={"help": "held-out text, when corpus is a path"})
+    tokenizer: str = field(default="byte", metadata={"help": f"one of {', '.join(TOKENIZERS)}"})
+    data_dir: str | None = field(default=None, metadata={"help": "folder of the benchmark's files (default: found)"})
+
+    name = "lm"
+    has_text_format = False
+
+    def __post_init__(self):
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise ValueError(f"lm: corpus = {self.corpus!r}; expected a benchmark name or a path")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"lm: tokenizer = {self.tokenizer!r}; expected one of {sorted(TOKENIZERS)}")
+        for name in ("validation_text", "data_dir"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"lm: {name} = {value!r}; expected a path")
+        if self.corpus not in BENCHMARKS and self.validation_text is None:
+            raise ValueError(
+                f"lm: corpus = {self.corpus!r} is a path, and validation_text = None; expected validation_text=PATH "
+                f"(held-out text) or a benchmark ({sorted(BENCHMARKS)})"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return _tokenizer(self.tokenizer).vocab_size
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The memory-mapped token array of ``split`` ('train' or 'validation')."""
+        return _splits(self.corpus, self.validation_text, self.tokenizer, self.data_dir)[split]
+
+    def sample(self, num: int, length: int, seed: int) -> TaskBatch:
+        """``num`` training windows of ``length`` inputs (``length + 1`` tokens), at starts drawn from ``seed``."""
+        tokens = self.tokens("train")
+        return _windows(tokens, train_window_starts(len(tokens), length, num, seed, step=0), length)
+
+    def validation(self, num: int, length: int, seed: int) -> TaskBatch:
+        """The first ``num`` non-overlapping windows of the validation text (the same every time)."""
+        return self._leading_windows(num, length)
+
+    def _leading_windows(self, num: int, length: int) -> TaskBatch:
+        tokens = self.tokens("validation")
+        fitting = (len(tokens) - 1) // length
+        if fitting == 0:
+            raise ValueError(
+                f"lm: length = {length} needs {length + 1} validation tokens; the validation text has {len(tokens)}"
+            )
+        return _windows(tokens, np.arange(min(num, fitting)) * length, length)
+
+    def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+        from ...metrics import lm_metrics
+
+        return lm_metrics(model, tokens, loss_mask, _tokenizer(self.tokenizer).token_byte_lengths())
+
+    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
+        """The same leading ``sequences * train_length`` validation tokens (as far as the text has them) at
+        1x to 16x the training length, in non-overlapping windows; rows report the context length."""
+        budget = sequences * train_length
+        splits = []
+        for factor in EVAL_FACTORS:
+            length = factor * train_length
+            batch = self._leading_windows(max(1, budget // length), length)
+            splits.append(EvalSplit("validation", {"factor": factor}, batch, length=length))
+        return splits

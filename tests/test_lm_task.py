@@ -1,0 +1,132 @@
+"""Language modelling through the harness: perplexity against a hand computation, training with exact
+resume, evaluation at 1x-16x the training length, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.test_cli import run
+from tra_attn import ModelConfig, TransformerLM
+from tra_attn.data.synthetic import make_task
+from tra_attn.metrics import lm_metrics
+from tra_attn.training import TrainConfig, train
+from tra_attn.training.checkpoint import resolve_checkpoint
+
+TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 40
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "train.txt").write_text(TEXT + "Émma, café — naïve.\n")
+    (tmp_path / "valid.txt").write_text(TEXT[::-1][:2000])
+    return {"corpus": str(tmp_path / "train.txt"), "validation_text": str(tmp_path / "valid.txt")}
+
+
+def lm_config(task_args, **overrides) -> TrainConfig:
+    model = ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2, attention="tra", dropout=0.1)
+    base = dict(task="lm", task_args=task_args, model=model, length=16, steps=6, batch_size=4, lr=3e-3)
+    base.update(log_every=1, eval_every=3, eval_sequences=4, checkpoint_every=3)
+    return TrainConfig(**{**base, **overrides})
+
+
+def test_perplexity_and_bits_per_byte_match_a_hand_computation():
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).eval()
+    tokens = torch.randint(0, 11, (3, 9))
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    mask[:, 0] = False
+    mask[1, 4:] = False  # a partly scored window
+    token_bytes = torch.arange(11) % 3 + 1  # ids stand for 1, 2 or 3 bytes
+    logits = model(tokens[:, :-1]).double()
+    losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")[mask[:, 1:]]
+    scored_bytes = token_bytes[tokens[:, 1:][mask[:, 1:]]].sum().item()
+    got = lm_metrics(model, tokens, mask, token_bytes.numpy())
+    assert got["scored_tokens"] == int(mask.sum()) == losses.numel()
+    assert got["loss"] == pytest.approx(losses.mean().item(), rel=1e-6)
+    assert got["perplexity"] == pytest.approx(math.exp(losses.mean().item()), rel=1e-6)
+    assert got["bits_per_byte"] == pytest.approx(losses.sum().item() / math.log(2) / scored_bytes, rel=1e-6)
+
+
+def test_windows_are_corpus_tokens_and_validation_is_fixed(corpus):
+    task = make_task("lm", **corpus)
+    batch = task.sample(4, 16, seed=7)
+    assert batch.tokens.shape == (4, 17) and not batch.loss_mask[:, 0].any() and batch.loss_mask[:, 1:].all()
+    train_bytes = (TEXT + "Émma, café — naïve.\n").encode()
+    for row in batch.tokens:
+        assert bytes(row.tolist()) in train_bytes
+    assert torch.equal(task.sample(4, 16, seed=7).tokens, batch.tokens)
+    assert not torch.equal(task.sample(4, 16, seed=8).tokens, batch.tokens)
+    first, second = task.validation(3, 16, seed=0), task.validation(3, 16, seed=99)
+    assert torch.equal(first.tokens, second.tokens) and first.tokens[1, 0] == first.tokens[0, -1]
+
+
+def test_training_resumes_exactly_and_validates_with_perplexity(corpus, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(lm_config(corpus), straight, progress=False)
+    train(lm_config(corpus), resumed, progress=False)
+    shutil.rmtree(resumed / "checkpoints" / "step_0000006")
+    train(lm_config(corpus), resumed, resume=True, progress=False)
+    a = TransformerLM.from_pretrained(resolve_checkpoint(straight)).state_dict()
+    b = TransformerLM.from_pretrained(resolve_checkpoint(resumed)).state_dict()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    rows = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    validation = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in validation] == [3, 6]
+    assert {"val_perplexity", "val_bits_per_byte", "val_scored_tokens"} <= set(validation[0])
+    assert validation[0]["val_scored_tokens"] == 4 * 16
+
+
+def test_eval_scores_the_same_tokens_at_1x_to_16x_the_training_length(corpus, tmp_path, capsys):
+    train(lm_config(corpus, length=8), tmp_path / "run", progress=False)
+    code, out, err = run(
+        ["eval", "--checkpoint", tmp_path / "run", "--sequences", "16", "--out", tmp_path / "r.jsonl"], capsys
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    lengths = sorted({r["length"] for r in rows})
+    assert lengths == [8, 16, 32, 64, 128]
+    scored = {r["length"]: r["value"] for r in rows if r["metric"] == "scored_tokens"}
+    assert set(scored.values()) == {128}  # the same 16 x 8 validation tokens at every length
+    assert all(r["task"] == "lm" and r["split"] == "validation" for r in rows)
+    assert "bits_per_byte" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "task_args,pattern",
+    [
+        ({"corpus": "novel.txt"}, r"lm: corpus = 'novel\.txt' is a path, and validation_text = None; expected"),
+        ({"tokenizer": "sentencepiece"}, r"lm: tokenizer = 'sentencepiece'; expected one of \['byte', 'gpt2'\]"),
+        ({"corpus": ""}, r"lm: corpus = ''; expected a benchmark name or a path"),
+        ({"data_dir": 3}, r"lm: data_dir = 3; expected a path"),
+        ({"shuffle": True}, r"task 'lm': unknown arguments \['shuffle'\]"),
+    ],
+)
+def test_bad_task_arguments(task_args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make_task("lm", **task_args)
+
+
+def test_bad_corpora_and_lengths(corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"vocab_size = 256; expected at least the lm vocabulary size 50257"):
+        lm_config({**corpus, "tokenizer": "gpt2"})
+    missing = {**corpus, "corpus": str(tmp_path / "nowhere.txt")}
+    with pytest.raises(ValueError, match=r"nowhere\.txt"):
+        make_task("lm", **missing).sample(2, 8, seed=0)
+    with pytest.raises(ValueError, match=r"lm: length = 4096 needs 4097 validation tokens; the validation text has"):
+        make_task("lm", **corpus).validation(2, 4096, seed=0)
+
+
+def test_the_lm_task_has_no_line_format(corpus, tmp_path, capsys):
+    train(lm_config(corpus, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    (tmp_path / "lines.txt").write_text("hello\n")
+    code, _, err = run(["eval", "--checkpoint", tmp_path / "run", "--data", tmp_path / "lines.txt"], capsys)
+    assert code == 2 and "the lm task has no one-sequence-per-line format" in err
+    with pytest.raises(SystemExit):
+        run(["data", "lm", "--out", tmp_path / "x.txt"], capsys)
