@@ -68,11 +68,21 @@ def test_bad_model_config(kwargs, pattern):
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
+        ({"version": 3}, r"ModelConfig: version = 3; expected 1 or 2 \(newer files need a newer tra\)"),
+        ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
+        ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],
 )
 def test_bad_model_config_dicts(data, pattern):
     with pytest.raises(ValueError, match=pattern):
         ModelConfig.from_dict(data)
+
+
+def test_version_1_model_configs_load_without_a_tokenizer():
+    v1 = {k: v for k, v in ModelConfig(d_model=32).to_dict().items() if k not in ("version", "tokenizer")}
+    assert ModelConfig.from_dict(v1) == ModelConfig(d_model=32)
+    with pytest.raises(ValueError, match=r"missing fields \['tokenizer'\]"):
+        ModelConfig.from_dict({**v1, "version": 2})
 
 
 @pytest.mark.parametrize("kind", KINDS)

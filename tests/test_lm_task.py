@@ -30,7 +30,10 @@ def corpus(tmp_path, monkeypatch):
 
 
 def lm_config(task_args, **overrides) -> TrainConfig:
-    model = ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2, attention="tra", dropout=0.1)
+    tokenizer = make_task("lm", **task_args).tokenizer_description()
+    model = ModelConfig(
+        vocab_size=256, d_model=32, n_layers=1, n_heads=2, attention="tra", dropout=0.1, tokenizer=tokenizer
+    )
     base = dict(task="lm", task_args=task_args, model=model, length=16, steps=6, batch_size=4, lr=3e-3)
     base.update(log_every=1, eval_every=3, eval_sequences=4, checkpoint_every=3)
     return TrainConfig(**{**base, **overrides})
@@ -114,8 +117,13 @@ def test_bad_task_arguments(task_args, pattern):
 
 
 def test_bad_corpora_and_lengths(corpus, tmp_path):
-    with pytest.raises(ValueError, match=r"vocab_size = 256; expected at least the lm vocabulary size 50257"):
+    with pytest.raises(
+        ValueError, match=r"ModelConfig\.tokenizer = .*'gpt2'.*expected a tokenizer of at most vocab_size = 256"
+    ):
         lm_config({**corpus, "tokenizer": "gpt2"})
+    model = ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2)
+    with pytest.raises(ValueError, match=r"ModelConfig\.tokenizer = None; expected the lm task's \{'name': 'byte'"):
+        TrainConfig(task="lm", task_args=corpus, model=model)
     missing = {**corpus, "corpus": str(tmp_path / "nowhere.txt")}
     with pytest.raises(ValueError, match=r"nowhere\.txt"):
         make_task("lm", **missing).sample(2, 8, seed=0)

@@ -29,7 +29,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     for cls, title in ((TrainConfig, "training"), (ModelConfig, "model")):
         group = parser.add_argument_group(f"{title} (each flag overrides --config; unset flags keep its value)")
         for f in dataclasses.fields(cls):
-            if f.name in ("model", "task", "task_args"):
+            if f.name in ("model", "task", "task_args", "tokenizer"):  # set from the task
                 continue
             default = f.default
             shown = "the task's vocabulary size" if f.name == "vocab_size" else default
@@ -88,7 +88,9 @@ def _config_from_args(args) -> TrainConfig:
     data.setdefault("task", next(iter(TASKS)))
     if args.task_arg:
         data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg)}
-    model.setdefault("vocab_size", make_task(data["task"], **data.get("task_args", {})).vocab_size)
+    task = make_task(data["task"], **data.get("task_args", {}))
+    model.setdefault("vocab_size", task.vocab_size)
+    model.setdefault("tokenizer", task.tokenizer_description())
     return TrainConfig.from_dict({**data, "model": model}, partial=True)
 
 

@@ -9,6 +9,24 @@ from dataclasses import dataclass, field
 
 from ..utils.dataclass_io import dataclass_from_dict
 
+VERSION = 2
+
+
+def migrate(data: dict) -> dict:
+    """A config dict of any earlier version as a version-``VERSION`` dict (without the version key).
+
+    Version 1 (0.1, no "version" key) had no ``tokenizer``: those models read task vocabularies (None).
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"ModelConfig: got {type(data).__name__}; expected a JSON object of fields")
+    data = dict(data)
+    version = data.pop("version", 1)
+    if version not in (1, VERSION):
+        raise ValueError(f"ModelConfig: version = {version!r}; expected 1 or {VERSION} (newer files need a newer tra)")
+    if version == 1:
+        data.setdefault("tokenizer", None)
+    return data
+
 
 @dataclass
 class ModelConfig:
@@ -35,6 +53,10 @@ class ModelConfig:
     tra_impl: str = field(default="auto", metadata={"help": "TRA op implementation: auto, naive, chunked, triton"})
     rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
     cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
+    tokenizer: dict | None = field(
+        default=None,
+        metadata={"help": "the text tokenizer the model reads (its describe(): name, files' hashes), or None"},
+    )
 
     def __post_init__(self):
         from ..layers import ATTENTION_KINDS  # deferred: the layers import this module
@@ -72,20 +94,26 @@ class ModelConfig:
             fail("tra_threshold", "a number")
         if self.tra_impl not in IMPLS:
             fail("tra_impl", f"one of {IMPLS}")
+        if self.tokenizer is not None:
+            described = isinstance(self.tokenizer, dict) and isinstance(self.tokenizer.get("name"), str)
+            if not described or not isinstance(self.tokenizer.get("vocab_size"), int):
+                fail("tokenizer", "None or a tokenizer description with 'name' and 'vocab_size'")
+            if self.tokenizer["vocab_size"] > self.vocab_size:
+                fail("tokenizer", f"a tokenizer of at most vocab_size = {self.vocab_size} ids")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"version": VERSION, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict, partial: bool = False) -> ModelConfig:
         """Unknown fields are errors, and so are missing ones unless ``partial``: a saved config that
-        lacks a field would otherwise load silently as a different model. (Every config written so far
-        has every field; a future field will come with a migration, as TrainConfig's do.)"""
-        return dataclass_from_dict(cls, data, required=not partial)
+        lacks a field would otherwise load silently as a different model. Older versions are migrated
+        first (``migrate``)."""
+        return dataclass_from_dict(cls, migrate(data), required=not partial)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

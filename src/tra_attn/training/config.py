@@ -117,6 +117,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
+        if self.model.tokenizer != task.tokenizer_description():
+            raise ValueError(
+                f"ModelConfig.tokenizer = {self.model.tokenizer!r}; expected the {self.task} task's "
+                f"{task.tokenizer_description()!r}"
+            )
         if self.model.vocab_size < task.vocab_size:
             raise ValueError(
                 f"ModelConfig.vocab_size = {self.model.vocab_size}; expected at least the "

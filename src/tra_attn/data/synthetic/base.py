@@ -54,6 +54,10 @@ class Task:
         """``num`` sequences of ``length`` tokens; the same arguments always give the same batch."""
         raise NotImplementedError
 
+    def tokenizer_description(self) -> dict | None:
+        """The text tokenizer behind the task's ids (saved with the model), or None for a task vocabulary."""
+        return None
+
     def validation(self, num: int, length: int, seed: int) -> TaskBatch:
         """Held-out sequences for validation during training; by default fresh samples from ``seed``."""
         return self.sample(num, length, seed)

@@ -80,6 +80,9 @@ class LanguageModelling(Task):
     def vocab_size(self) -> int:
         return _tokenizer(self.tokenizer).vocab_size
 
+    def tokenizer_description(self) -> dict:
+        return _tokenizer(self.tokenizer).describe()
+
     def tokens(self, split: str) -> np.ndarray:
         """The memory-mapped token array of ``split`` ('train' or 'validation')."""
         return _splits(self.corpus, self.validation_text, self.tokenizer, self.data_dir)[split]
