@@ -138,3 +138,34 @@ def test_the_lm_task_has_no_line_format(corpus, tmp_path, capsys):
     assert code == 2 and "the lm task has no one-sequence-per-line format" in err
     with pytest.raises(SystemExit):
         run(["data", "lm", "--out", tmp_path / "x.txt"], capsys)
+
+
+def test_a_saved_language_model_samples_text_with_its_own_tokenizer(corpus, tmp_path, capsys):
+    """save_pretrained keeps the tokenizer in config.json, so sampling needs nothing but the directory."""
+    from tra_attn.experiments.lm.sample import sample_text
+
+    checkpoint = train(lm_config(corpus, steps=2, eval_every=0), tmp_path / "run", progress=False)
+    TransformerLM.from_pretrained(checkpoint).save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["tokenizer"]["name"] == "byte"
+    greedy = sample_text(tmp_path / "saved", "a truth", max_new_tokens=12, temperature=0)
+    assert len(greedy.encode("utf-8", errors="surrogateescape")) <= 12 * 3  # 12 byte ids, some maybe U+FFFD
+    assert sample_text(tmp_path / "run", "a truth", max_new_tokens=12, temperature=0) == greedy
+    code, out, _ = run(
+        ["lm", "sample", "--checkpoint", tmp_path / "saved", "--prompt", "a truth", "--max-new-tokens", "5"], capsys
+    )
+    assert code == 0 and out.startswith("a truth")
+
+
+def test_sampling_refuses_models_without_or_with_a_different_tokenizer(corpus, tmp_path, monkeypatch, capsys):
+    from tra_attn.data.text import ByteTokenizer
+
+    TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "ff")
+    code, _, err = run(["lm", "sample", "--checkpoint", tmp_path / "ff", "--prompt", "w1"], capsys)
+    assert code == 2 and "the model has no text tokenizer (it reads a task vocabulary)" in err
+    train(lm_config(corpus, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    code, _, err = run(["lm", "sample", "--checkpoint", tmp_path / "run", "--prompt", ""], capsys)
+    assert code == 2 and "--prompt = ''; expected text of at least one token" in err
+    described = ByteTokenizer().describe()
+    monkeypatch.setattr(ByteTokenizer, "describe", lambda self: {**described, "separator": [0]})
+    code, _, err = run(["lm", "sample", "--checkpoint", tmp_path / "run", "--prompt", "a"], capsys)
+    assert code == 2 and "expected the one the model was trained with" in err

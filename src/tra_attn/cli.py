@@ -153,10 +153,13 @@ def cmd_report(args) -> None:
     rows = read_jsonl(args.results / "results.jsonl")
     if not rows:
         raise ValueError(f"{args.results / 'results.jsonl'} is missing or empty; expected the rows of an experiment")
-    found = experiments()
+    found = {name: module for name, module in experiments().items() if hasattr(module, "write_report")}
     task = rows[0].get("task")
     if task not in found:
-        raise ValueError(f"{args.results}: rows of task {task!r}; expected one of {sorted(found)}")
+        raise ValueError(
+            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, "
+            f"one of {sorted(found)}"
+        )
     path = found[task].write_report(args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
     print(path.read_text())
 

@@ -1,7 +1,8 @@
 """Experiments: one subpackage each (presets, run, report, CLI commands), found by discovery.
 
 An experiment package defines ``TASK`` (the task name its result rows carry), ``add_commands(subparsers)``
-(its ``tra`` subcommands) and ``write_report(out, command="", notes=None, markdown=None)``.
+(its ``tra`` subcommands) and, once it publishes a page, ``write_report(out, command="", notes=None,
+markdown=None)``.
 """
 
 from __future__ import annotations
