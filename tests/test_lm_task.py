@@ -169,3 +169,72 @@ def test_sampling_refuses_models_without_or_with_a_different_tokenizer(corpus, t
     monkeypatch.setattr(ByteTokenizer, "describe", lambda self: {**described, "separator": [0]})
     code, _, err = run(["lm", "sample", "--checkpoint", tmp_path / "run", "--prompt", "a"], capsys)
     assert code == 2 and "expected the one the model was trained with" in err
+
+
+def test_lm_eval_scores_every_token_once_at_every_length_and_window_kind(corpus, tmp_path, capsys):
+    from tra_attn.experiments.lm.evaluate import evaluate_lm
+
+    train(lm_config(corpus, length=8, steps=2, eval_every=0), tmp_path / "run", progress=False)
+    rows = evaluate_lm(tmp_path / "run", factors=[1, 2, 4], stride=8, tokens=301, buckets=4)
+    table = {}
+    for r in rows:
+        table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
+    assert set(table) == {(s, n) for s in ("validation", "sliding") for n in (8, 16, 32)}
+    assert {m["scored_tokens"] for m in table.values()} == {300}  # every token after the first, once
+    assert table[("sliding", 8)]["loss"] == pytest.approx(table[("validation", 8)]["loss"], rel=1e-12)
+    assert [k for k in table[("validation", 32)] if k.startswith("loss@")] == [
+        "loss@0-8",
+        "loss@8-16",
+        "loss@16-24",
+        "loss@24-32",
+    ]
+    assert all(m["peak_memory_mb"] > 0 for m in table.values())
+    code, out, _ = run(
+        [
+            "lm",
+            "eval",
+            "--checkpoint",
+            tmp_path / "run",
+            "--factors",
+            "1",
+            "2",
+            "--tokens",
+            "100",
+            "--out",
+            tmp_path / "rows.jsonl",
+        ],
+        capsys,
+    )
+    assert code == 0 and len(out.splitlines()) == 3 and (tmp_path / "rows.jsonl").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["--factors", "64"], r"windows of 512 tokens need 513 validation tokens; the text has 300"),
+        (["--stride", "9"], r"--stride = 9; expected an integer in \[1, training length = 8\]"),
+        (["--stride", "0"], r"--stride = 0; expected an integer in \[1, training length = 8\]"),
+        (["--factors", "0"], r"--factors = \[0\]; expected positive integers"),
+        (["--buckets", "0"], r"--buckets = 0; expected a positive integer"),
+        (["--tokens", "1"], r"--tokens = 1; expected at least 2"),
+        (["--device", "npu"], r"device = 'npu'; expected 'cpu', 'cuda' or 'cuda:N'"),
+    ],
+)
+def test_bad_lm_eval_arguments(corpus, tmp_path, capsys, argv, pattern):
+    train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "run", "--tokens", "300", *argv], capsys)
+    assert code == 2 and __import__("re").search(pattern, err), err
+
+
+def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
+    from tra_attn.training import TrainConfig as Config
+
+    TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "saved")
+    code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "saved"], capsys)
+    assert (
+        code == 2 and "has no training config; expected a run or checkpoint directory of `tra train --task lm`" in err
+    )
+    ff = Config(task="flipflop", model=ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2), length=8, steps=1)
+    train(ff, tmp_path / "ff", progress=False)
+    code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "ff"], capsys)
+    assert code == 2 and "a model of task 'flipflop'; expected one trained with --task lm" in err

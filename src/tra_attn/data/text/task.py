@@ -28,6 +28,11 @@ def _tokenizer(name: str):
     return make_tokenizer(name)
 
 
+@functools.lru_cache(maxsize=4)
+def _token_bytes(name: str) -> np.ndarray:
+    return _tokenizer(name).token_byte_lengths()
+
+
 @functools.lru_cache(maxsize=8)
 def _splits(corpus: str, validation: str | None, tokenizer: str, data_dir: str | None) -> dict[str, np.ndarray]:
     """The token arrays of the train and validation splits (memory-mapped, tokenized once and cached)."""
@@ -105,10 +110,14 @@ class LanguageModelling(Task):
             )
         return _windows(tokens, np.arange(min(num, fitting)) * length, length)
 
+    def token_bytes(self) -> np.ndarray:
+        """(vocab_size,) UTF-8 bytes per id, for bits per byte."""
+        return _token_bytes(self.tokenizer)
+
     def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
         from ...metrics import lm_metrics
 
-        return lm_metrics(model, tokens, loss_mask, _tokenizer(self.tokenizer).token_byte_lengths())
+        return lm_metrics(model, tokens, loss_mask, self.token_bytes())
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """The same leading ``sequences * train_length`` validation tokens (as far as the text has them) at

@@ -18,6 +18,19 @@ def cmd_sample(args) -> None:
     print(args.prompt + text)
 
 
+def cmd_eval(args) -> None:
+    from ...cli import check_output_file
+    from ...utils.jsonl import write_jsonl
+    from .evaluate import evaluate_lm, print_table
+
+    if args.out:
+        check_output_file(args.out, "--out")
+    rows = evaluate_lm(args.checkpoint, args.factors, args.stride, args.tokens, args.buckets, args.device)
+    if args.out:
+        write_jsonl(args.out, rows)
+    print_table(rows)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     lm = sub.add_parser("lm", help="language models on real text", formatter_class=HelpFormatter)
     lm_sub = lm.add_subparsers(dest="lm_command", required=True, metavar="COMMAND")
@@ -32,3 +45,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--seed", type=int, default=0, help="the same seed gives the same text")
     sp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     sp.set_defaults(func=cmd_sample)
+
+    ev = lm_sub.add_parser(
+        "eval",
+        help="perplexity and bits per byte at 1x-16x the training length, loss against position",
+        formatter_class=HelpFormatter,
+    )
+    ev.add_argument("--checkpoint", type=Path, required=True, help="a run or checkpoint directory (required)")
+    ev.add_argument(
+        "--factors", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="window lengths, x training length"
+    )
+    ev.add_argument("--stride", type=int, help="also evaluate sliding windows with this stride (default: none)")
+    ev.add_argument("--tokens", type=int, help="score the first N validation tokens (default: all of them)")
+    ev.add_argument("--buckets", type=int, default=8, help="position buckets of the loss-against-position rows")
+    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
+    ev.set_defaults(func=cmd_eval)
