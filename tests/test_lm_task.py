@@ -179,10 +179,10 @@ def test_lm_eval_scores_every_token_once_at_every_length_and_window_kind(corpus,
     table = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
-    assert set(table) == {(s, n) for s in ("validation", "sliding") for n in (8, 16, 32)}
+    assert set(table) == {(s, n) for s in ("non_overlapping", "sliding") for n in (8, 16, 32)}
     assert {m["scored_tokens"] for m in table.values()} == {300}  # every token after the first, once
-    assert table[("sliding", 8)]["loss"] == pytest.approx(table[("validation", 8)]["loss"], rel=1e-12)
-    assert [k for k in table[("validation", 32)] if k.startswith("loss@")] == [
+    assert table[("sliding", 8)]["loss"] == pytest.approx(table[("non_overlapping", 8)]["loss"], rel=1e-12)
+    assert [k for k in table[("non_overlapping", 32)] if k.startswith("loss@")] == [
         "loss@0-8",
         "loss@8-16",
         "loss@16-24",
@@ -238,3 +238,30 @@ def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
     train(ff, tmp_path / "ff", progress=False)
     code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "ff"], capsys)
     assert code == 2 and "a model of task 'flipflop'; expected one trained with --task lm" in err
+
+
+def test_lm_compare_selects_learning_rates_on_validation_and_reports(tmp_path, capsys, monkeypatch):
+    """The tiny preset end to end on the Austen benchmark (skipped where ../shared/corpora is absent)."""
+    from tra_attn.data.text import find_corpora_dir
+
+    if find_corpora_dir() is None:
+        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
+    monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["lm", "compare", "--preset", "tiny", "--methods", "tra", "rope", "--lrs", "1e-3", "3e-3"]
+    code, out, err = run([*argv, "--out", tmp_path / "cmp", "--no-progress"], capsys)
+    assert code == 0, err
+    sweep = [json.loads(line) for line in (tmp_path / "cmp" / "sweep.jsonl").read_text().splitlines()]
+    selected = json.loads((tmp_path / "cmp" / "selected_lrs.json").read_text())
+    for method in ("tra", "rope"):
+        val = {
+            r["lr"]: r["value"]
+            for r in sweep
+            if r["method"] == method and r["split"] == "validation" and r["metric"] == "bits_per_byte"
+        }
+        assert selected[method] == min(val, key=lambda lr: (val[lr], lr))
+    results = [json.loads(line) for line in (tmp_path / "cmp" / "results.jsonl").read_text().splitlines()]
+    assert {(r["method"], r["lr"]) for r in results} == set(selected.items())
+    assert {r["length"] for r in results if r["split"] == "non_overlapping"} == {16, 32, 64, 128, 256}
+    assert "| TRA |" in out and "16x / 1x" in out and (tmp_path / "cmp" / "bits_per_byte.png").stat().st_size > 0
+    code, out, _ = run(["report", tmp_path / "cmp", "--markdown", tmp_path / "page.md"], capsys)
+    assert code == 0 and "Bits per byte against" not in out and "| RoPE |" in (tmp_path / "page.md").read_text()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop, split_params
@@ -25,15 +24,10 @@ from ...training.loop import METRICS_NAME
 from ...utils.atomic import atomic_write_text, make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ...utils.provenance import git_commit
+from ..runs import check_methods, run_dir
+from ..selection import select_lrs as select_best_lrs
 from .presets import PRESETS, TASK_ARGS, Preset
 from .rows import upgrade_rows
-
-
-def check_methods(methods) -> list[str]:
-    unknown = [m for m in methods if m not in ATTENTION_KINDS]
-    if unknown:
-        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {list(ATTENTION_KINDS)}")
-    return list(methods)
 
 
 def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | None, device: str) -> TrainConfig:
@@ -45,10 +39,6 @@ def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | N
     return TrainConfig(
         task=FlipFlop.name, task_args=dict(TASK_ARGS), model=model, lr=lr, seed=seed, device=device, **train_args
     )
-
-
-def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
-    return out / "runs" / method / f"lr{lr:g}-seed{seed}"
 
 
 def evaluate_final_checkpoint(config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
@@ -95,21 +85,8 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
 
 
 def select_lrs(rows: list[dict]) -> dict[str, float]:
-    """Per method, the learning rate with the best mean validation full-sequence accuracy over seeds.
-
-    Ties go to the smallest learning rate: where several fit the task equally well, the gentlest is
-    the least likely to diverge on a seed the sweep did not see.
-    """
-    accuracy: dict[tuple[str, float], list[float]] = defaultdict(list)
-    for r in rows:
-        if r["split"] == "validation" and r["metric"] == "full_seq_acc":
-            accuracy[(r["method"], r["lr"])].append(-math.inf if math.isnan(r["value"]) else r["value"])
-    best: dict[str, tuple[float, float]] = {}
-    for (method, lr), values in sorted(accuracy.items()):
-        mean = sum(values) / len(values)
-        if method not in best or mean > best[method][0]:
-            best[method] = (mean, lr)
-    return {method: lr for method, (_, lr) in best.items()}
+    """Per method, the learning rate with the best mean validation full-sequence accuracy (ties: smallest)."""
+    return select_best_lrs(rows, "full_seq_acc", higher_is_better=True)
 
 
 def run_flipflop(

@@ -31,9 +31,53 @@ def cmd_eval(args) -> None:
     print_table(rows)
 
 
+def cmd_compare(args) -> None:
+    import shlex
+
+    from .run import run_lm
+
+    out = run_lm(
+        args.preset,
+        methods=args.methods,
+        seeds=args.seeds,
+        steps=args.steps,
+        lrs=args.lrs,
+        out=args.out,
+        device=args.device,
+        data_dir=args.data_dir,
+        progress=not args.no_progress,
+        command="tra " + shlex.join(args.argv),
+    )
+    print((out / "results.md").read_text())
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     lm = sub.add_parser("lm", help="language models on real text", formatter_class=HelpFormatter)
     lm_sub = lm.add_subparsers(dest="lm_command", required=True, metavar="COMMAND")
+    from .presets import DEFAULT_METHODS, PRESETS
+
+    cp = lm_sub.add_parser(
+        "compare",
+        help="train TRA and the baselines on one corpus and budget; bits per byte at 1x-16x; resumable",
+        formatter_class=HelpFormatter,
+    )
+    presets = ", ".join(f"{name} ({p.description})" for name, p in PRESETS.items())
+    cp.add_argument("--preset", default="cpu", help=f"corpus, model and recipe: {presets}")
+    cp.add_argument("--methods", nargs="+", help=f"attention kinds (default: {' '.join(DEFAULT_METHODS)})")
+    cp.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
+    cp.add_argument("--steps", type=int, help="training steps (default: the preset's)")
+    cp.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        help="learning rates to sweep, each method keeps its best on validation (default: the preset's rate)",
+    )
+    cp.add_argument("--out", type=Path, help="output directory (default: runs/lm_<preset>)")
+    cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: found for austen)")
+    cp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    cp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    cp.set_defaults(func=cmd_compare)
+
     sp = lm_sub.add_parser(
         "sample", help="continue a prompt with a trained model (KV-cache decoding)", formatter_class=HelpFormatter
     )
@@ -56,7 +100,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--factors", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="window lengths, x training length"
     )
     ev.add_argument("--stride", type=int, help="also evaluate sliding windows with this stride (default: none)")
-    ev.add_argument("--tokens", type=int, help="score the first N validation tokens (default: all of them)")
+    ev.add_argument("--tokens", type=int, help="score the last N validation tokens (default: all of them)")
     ev.add_argument("--buckets", type=int, default=8, help="position buckets of the loss-against-position rows")
     ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")

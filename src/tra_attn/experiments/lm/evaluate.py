@@ -80,8 +80,9 @@ def evaluate_lm(
     device: str = "cpu",
 ) -> list[dict]:
     """Rows for a language-model run: each factor x training length, non-overlapping windows (split
-    'validation') and, with ``stride``, sliding windows (split 'sliding'), on the first ``tokens`` tokens of
-    the validation text (all of it by default)."""
+    'non_overlapping') and, with ``stride``, sliding windows (split 'sliding'), on the last ``tokens``
+    tokens of the validation text (all of it by default). Training validates on windows from the start of
+    that text, so with a budget the evaluation tokens are disjoint from those that chose learning rates."""
     check_device(device)
     path = resolve_checkpoint(checkpoint)
     if not (path / TRAIN_CONFIG_NAME).is_file():
@@ -103,7 +104,7 @@ def evaluate_lm(
     if tokens is not None:
         if tokens < 2:
             raise ValueError(f"--tokens = {tokens}; expected at least 2")
-        text = text[:tokens]
+        text = text[-tokens:]
     longest = max(factors) * config.length
     if len(text) < longest + 1:
         raise ValueError(
@@ -116,7 +117,7 @@ def evaluate_lm(
     rows = []
     for factor in factors:
         length = factor * config.length
-        for split, split_stride in [("validation", None)] + ([("sliding", stride)] if stride else []):
+        for split, split_stride in [("non_overlapping", None)] + ([("sliding", stride)] if stride else []):
             metrics = window_metrics(model, text, length, split_stride, token_bytes, buckets)
             metrics["peak_memory_mb"] = _peak_memory_mb(device)
             extra = {"stride": split_stride or length, "factor": factor}

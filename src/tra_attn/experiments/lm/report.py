@@ -1,0 +1,145 @@
+"""The language-modelling page: bits per byte against evaluation length, and loss against position."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from ...utils.atomic import atomic_write, atomic_write_text
+from ...utils.jsonl import read_jsonl
+from ..tables import color, fmt, label, mean_std, ordered
+
+POSITION = re.compile(r"^loss@(\d+)-(\d+)$")
+
+
+def collect(rows: list[dict], split: str, metric: str) -> dict[tuple[str, int], list[float]]:
+    table = defaultdict(list)
+    for r in rows:
+        if r["split"] == split and r["metric"] == metric:
+            table[(r["method"], r["length"])].append(r["value"])
+    return table
+
+
+def bpb_table(rows: list[dict]) -> list[str]:
+    """Bits per byte per method and evaluation length (mean ± std over seeds), and their training cost."""
+    bpb = collect(rows, "non_overlapping", "bits_per_byte")
+    lengths = sorted({n for _, n in bpb})
+    train_length = min(lengths)
+    minutes = collect(rows, "validation", "train_seconds")
+    speed = collect(rows, "validation", "tokens_per_second")
+    lr = {r["method"]: r["lr"] for r in rows}
+    seeds = defaultdict(set)
+    for r in rows:
+        seeds[r["method"]].add(r["seed"])
+    header = ["method", "lr", "seeds"] + [f"{n // train_length}x ({n})" for n in lengths]
+    header += [f"{lengths[-1] // train_length}x / 1x", "train minutes", "tokens/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in ordered({m for m, _ in bpb}):
+        first, last = mean_std(bpb[(method, lengths[0])])[0], mean_std(bpb[(method, lengths[-1])])[0]
+        key = (method, train_length)
+        cells = [label(method), f"{lr[method]:g}", str(len(seeds[method]))]
+        cells += [fmt(bpb[(method, n)]) for n in lengths]
+        cells.append(f"{last / first:.3f}" if first and not math.isnan(first) else "n/a")
+        cells.append(fmt([s / 60 for s in minutes[key]], 1))
+        cells.append(fmt(speed[key], 0))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Left: bits per byte against evaluation length; right: loss against position at the longest length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bpb = collect(rows, "non_overlapping", "bits_per_byte")
+    lengths = sorted({n for _, n in bpb})
+    longest = lengths[-1]
+    methods = ordered({m for m, _ in bpb})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for method in methods:
+        stats = [mean_std(bpb[(method, n)]) for n in lengths]
+        left.errorbar(
+            lengths,
+            [m for m, _ in stats],
+            yerr=[s for _, s in stats],
+            marker="o",
+            capsize=2,
+            color=color(method),
+            label=label(method),
+        )
+        buckets = defaultdict(list)
+        for r in rows:
+            match = POSITION.match(r["metric"])
+            if match and r["method"] == method and r["split"] == "non_overlapping" and r["length"] == longest:
+                buckets[(int(match.group(1)) + int(match.group(2))) / 2].append(r["value"])
+        centres = sorted(buckets)
+        right.plot(
+            centres, [mean_std(buckets[c])[0] for c in centres], marker=".", color=color(method), label=label(method)
+        )
+    for axis in (left, right):
+        axis.axvline(lengths[0], color="k", linestyle="--", linewidth=1)
+    left.set_xscale("log", base=2)
+    left.set_xlabel("evaluation length (tokens); dashed: training length")
+    left.set_ylabel("bits per byte")
+    left.set_title("Bits per byte against evaluation length")
+    right.set_xlabel(f"position in a {longest}-token window")
+    right.set_ylabel("loss (nats per token)")
+    right.set_title("Loss against position at the longest length")
+    handles, names = left.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(methods), 6), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+
+
+def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
+    """Build results.md (or ``markdown``) and bits_per_byte.png in ``out`` from out/results.jsonl."""
+    out = Path(out)
+    rows = read_jsonl(out / "results.jsonl")
+    if not rows:
+        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra lm compare --out {out}` first")
+    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    command, preset = command or recorded.get("command", ""), recorded.get("preset", "")
+    markdown = Path(markdown) if markdown else out / "results.md"
+    image = out / "bits_per_byte.png"
+    plot(rows, image)
+    config = rows[0]["config"]
+    model = config["model"]
+    regenerate = (
+        f"tra report {out}"
+        + (f" --notes {notes}" if notes else "")
+        + (f" --markdown {markdown}" if markdown != out / "results.md" else "")
+    )
+    lines = ["# Language modelling: bits per byte past the training length", ""]
+    if command:
+        lines += [f"Command: `{command}`  "]
+    lines += [
+        f"Regenerate this page from the rows: `{regenerate}`  ",
+        f"Code: commit {', '.join(sorted({r['commit'] for r in rows}))}  ",
+        f"Preset: {preset}" if preset else "",
+        "",
+        f"Corpus {config['task_args']['corpus']}, tokenizer {config['task_args']['tokenizer']}; model "
+        f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
+        f"{model['n_heads']} heads; {config['steps']} steps of {config['batch_size']} x {config['length']} tokens. "
+        "Every method shares the model, data, seeds and step budget; only the attention differs. "
+        "Learning rates: chosen per method on validation bits per byte at the training length (windows from "
+        "the start of the validation text) when a sweep was run, else the preset's. Evaluation: "
+        "non-overlapping windows over the end of the validation text, the same tokens at every length.",
+        "",
+        "## Bits per byte (mean ± std over seeds)",
+        "",
+        *bpb_table(rows),
+        "",
+        f"![bits per byte and loss against position]({os.path.relpath(image, markdown.parent)})",
+        "",
+    ]
+    if notes:
+        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+    atomic_write_text(markdown, "\n".join(lines))
+    return markdown

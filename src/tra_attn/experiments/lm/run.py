@@ -1,0 +1,121 @@
+"""The language-modelling comparison: every method on one corpus, budget and set of seeds, evaluated at
+1x to 16x the training length. Each method's learning rate is the one with the best validation bits per
+byte at the training length, on windows from the start of the validation text; evaluation scores the
+end of that text, so the choice never sees the evaluation tokens or the longer lengths. Finished runs
+are skipped and unfinished ones resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ...data.synthetic import make_task
+from ...models import ModelConfig
+from ...training import TrainConfig, train
+from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
+from ...training.evaluation import result_rows
+from ...training.loop import METRICS_NAME
+from ...utils.atomic import atomic_write_text, make_directory
+from ...utils.jsonl import read_jsonl, write_jsonl
+from ...utils.provenance import git_commit
+from ..runs import check_methods, run_dir
+from ..selection import select_lrs
+from .evaluate import evaluate_lm
+from .presets import DEFAULT_METHODS, PRESETS, Preset
+
+SELECTION_METRIC = "bits_per_byte"
+
+
+def run_config(preset: Preset, method: str, lr: float, seed: int, steps, device: str, data_dir) -> TrainConfig:
+    task_args = {**preset.task_args, **({"data_dir": str(data_dir)} if data_dir else {})}
+    task = make_task("lm", **task_args)
+    model = ModelConfig(
+        vocab_size=task.vocab_size, tokenizer=task.tokenizer_description(), attention=method, **preset.model
+    )
+    train_args = dict(preset.train)
+    if steps is not None:
+        train_args["steps"] = steps
+        train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
+    return TrainConfig(task="lm", task_args=task_args, model=model, lr=lr, seed=seed, device=device, **train_args)
+
+
+def run_one(config: TrainConfig, directory: Path, eval_tokens: int | None, progress: bool) -> list[dict]:
+    """Train and evaluate one run, or return its saved rows if it already finished with this config."""
+    rows_path = directory / "eval.jsonl"
+    saved = directory / TRAIN_CONFIG_NAME
+    if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
+        raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
+    if rows_path.is_file():
+        return read_jsonl(rows_path)
+    checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
+    _, state = load_train_state(checkpoint)
+    validation = [r for r in read_jsonl(directory / METRICS_NAME) if "val_loss" in r][-1]
+    seconds = state["train_seconds"]
+    tokens_per_second = config.steps * config.batch_size * config.length / seconds
+    # One position bucket per training length at 16x: where past the trained span the loss moves.
+    rows = evaluate_lm(checkpoint, tokens=eval_tokens, buckets=16, device=config.device)
+    rows += result_rows(
+        {
+            "loss": validation["val_loss"],
+            SELECTION_METRIC: validation[f"val_{SELECTION_METRIC}"],
+            "train_seconds": seconds,
+            "tokens_per_second": tokens_per_second,
+        },
+        task="lm",
+        split="validation",
+        length=config.length,
+        method=config.model.attention,
+        seed=config.seed,
+        config=config.to_dict(),
+    )
+    rows = [{**r, "lr": config.lr} for r in rows]
+    write_jsonl(rows_path, rows)
+    return rows
+
+
+def run_lm(
+    preset_name: str = "cpu",
+    methods=None,
+    seeds=None,
+    steps: int | None = None,
+    lrs: list[float] | None = None,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+    command: str = "",
+) -> Path:
+    """Run (or finish) the comparison and write results.jsonl, results.md and the plots to ``out``."""
+    from .report import write_report
+
+    if preset_name not in PRESETS:
+        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(PRESETS)}")
+    preset = PRESETS[preset_name]
+    methods = check_methods(methods or DEFAULT_METHODS)
+    seeds = list(preset.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("--seeds: expected at least one seed")
+    if steps is not None and steps <= 0:
+        raise ValueError(f"--steps = {steps}; expected a positive integer")
+    if lrs is not None and not all(lr > 0 for lr in lrs):
+        raise ValueError(f"--lrs = {lrs}; expected positive learning rates")
+    out = make_directory(out or f"runs/lm_{preset_name}", "--out")
+    git_commit()
+    rows = []
+    for method in methods:
+        for lr in lrs or [preset.lr_for(method)]:
+            for seed in seeds:
+                config = run_config(preset, method, lr, seed, steps, device, data_dir)
+                directory = run_dir(out, method, lr, seed)
+                print(f"[lm] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
+                rows += run_one(config, directory, preset.eval_tokens, progress)
+    selected = select_lrs(rows, SELECTION_METRIC, higher_is_better=False)
+    write_jsonl(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
+    if lrs and len(lrs) > 1:
+        write_jsonl(out / "sweep.jsonl", rows)
+        atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
+    atomic_write_text(
+        out / "run.json", json.dumps({"command": command, "preset": f"{preset_name}: {preset.description}"})
+    )
+    write_report(out)
+    return out
