@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...layers import attention_kind
+from ..runs import preset_lr
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,7 @@ class Preset:
     lr: float | None = None
 
     def lr_for(self, method: str) -> float:
-        if method in self.lrs:
-            return self.lrs[method]
-        return self.lr if self.lr is not None else attention_kind(method).lr
+        return preset_lr(self.lrs, self.lr, method)
 
 
 TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read

@@ -11,7 +11,6 @@ their last checkpoint.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop, split_params
@@ -24,7 +23,7 @@ from ...training.loop import METRICS_NAME
 from ...utils.atomic import atomic_write_text, make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ...utils.provenance import git_commit
-from ..runs import check_methods, run_dir
+from ..runs import check_methods, check_run_arguments, run_dir
 from ..selection import select_lrs as select_best_lrs
 from .presets import PRESETS, TASK_ARGS, Preset
 from .rows import upgrade_rows
@@ -108,12 +107,7 @@ def run_flipflop(
     preset = PRESETS[preset_name]
     methods = check_methods(methods or list(ATTENTION_KINDS))
     seeds = list(preset.seeds if seeds is None else seeds)
-    if not seeds:
-        raise ValueError("--seeds: expected at least one seed")
-    if steps is not None and steps <= 0:
-        raise ValueError(f"--steps = {steps}; expected a positive integer")
-    if lrs is not None and not all(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0 for lr in lrs):
-        raise ValueError(f"--lrs = {lrs}; expected finite positive learning rates")
+    check_run_arguments(seeds, steps, lrs)
     out = make_directory(out or f"runs/flipflop_{preset_name}", "--out")
     git_commit()  # record the code version now, before anything can change the working tree
     rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...layers import attention_kind
+from ..runs import preset_lr
 
 # TRA and the baselines the paper compares against on text; the ablations are optional (--methods).
 DEFAULT_METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope")
@@ -24,9 +24,7 @@ class Preset:
     lr: float | None = None
 
     def lr_for(self, method: str) -> float:
-        if method in self.lrs:
-            return self.lrs[method]
-        return self.lr if self.lr is not None else attention_kind(method).lr
+        return preset_lr(self.lrs, self.lr, method)
 
 
 PRESETS = {

@@ -18,7 +18,7 @@ from ...training.loop import METRICS_NAME
 from ...utils.atomic import atomic_write_text, make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ...utils.provenance import git_commit
-from ..runs import check_methods, run_dir
+from ..runs import check_methods, check_run_arguments, run_dir
 from ..selection import select_lrs
 from .evaluate import evaluate_lm
 from .presets import DEFAULT_METHODS, PRESETS, Preset
@@ -93,12 +93,7 @@ def run_lm(
     preset = PRESETS[preset_name]
     methods = check_methods(methods or DEFAULT_METHODS)
     seeds = list(preset.seeds if seeds is None else seeds)
-    if not seeds:
-        raise ValueError("--seeds: expected at least one seed")
-    if steps is not None and steps <= 0:
-        raise ValueError(f"--steps = {steps}; expected a positive integer")
-    if lrs is not None and not all(lr > 0 for lr in lrs):
-        raise ValueError(f"--lrs = {lrs}; expected positive learning rates")
+    check_run_arguments(seeds, steps, lrs)
     out = make_directory(out or f"runs/lm_{preset_name}", "--out")
     git_commit()
     rows = []
