@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from tra_attn.data.synthetic import split_sequences
+from tra_attn.data import split_sequences
 from tra_attn.data.synthetic.flipflop import ONE, READ, VOCAB_SIZE, WRITE, ZERO, FlipFlop, split_params
 from tra_attn.metrics import eval_batch_size, sequence_metrics
 

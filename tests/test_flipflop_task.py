@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tra_attn.data.synthetic import make_task
+from tra_attn.data import make_task
 from tra_attn.data.synthetic.flipflop import (
     IGNORE,
     ONE,

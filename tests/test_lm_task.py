@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from tests.test_cli import run
 from tra_attn import ModelConfig, TransformerLM
-from tra_attn.data.synthetic import make_task
+from tra_attn.data import make_task
 from tra_attn.metrics import lm_metrics
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .data.synthetic import TASKS, make_task
+from .data import TASKS, make_task
 from .experiments import experiments
 from .models import ModelConfig
 from .training.config import TrainConfig, migrate

@@ -1,6 +1,9 @@
-"""Data sources behind one task protocol: procedural tasks (``synthetic``) and real text (``text``).
+"""Data sources behind one task protocol (``task.py``): procedural tasks (``synthetic``) and real text (``text``).
 
 Importing this package registers every task of both, so ``make_task`` knows them all.
 """
 
-from . import synthetic, text  # noqa: F401  (registration)
+from . import synthetic, text  # noqa: E402, F401  (registration; after the protocol they import)
+from .task import TASKS, EvalSplit, Task, TaskBatch, make_task, register_task, split_sequences
+
+__all__ = ["TASKS", "EvalSplit", "Task", "TaskBatch", "make_task", "register_task", "split_sequences"]

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..data.synthetic import TASKS, make_task
+from ..data import TASKS, make_task
 from ..models import ModelConfig
 from ..utils.dataclass_io import dataclass_from_dict
 

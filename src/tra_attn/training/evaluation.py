@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.synthetic import make_task
+from ..data import make_task
 from ..models import TransformerLM
 from ..utils.provenance import git_commit
 from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..data.synthetic import Task, TaskBatch
+from ..data import Task, TaskBatch
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import append_jsonl, read_jsonl, write_jsonl

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
+from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 CHARS = "wri01"
 PAD, WRITE, READ, IGNORE, ZERO, ONE = range(6)

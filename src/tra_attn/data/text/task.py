@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..synthetic.base import EvalSplit, Task, TaskBatch, register_task
+from ..task import EvalSplit, Task, TaskBatch, register_task
 from .corpus import BENCHMARKS, benchmark_files, tokenize_corpus
 from .tokenizers import TOKENIZERS, make_tokenizer
 from .windows import batch_from_windows, train_window_starts

@@ -15,7 +15,7 @@ import resource
 import numpy as np
 import torch
 
-from ...data.synthetic import make_task
+from ...data import make_task
 from ...data.text.windows import eval_batch, eval_windows
 from ...metrics.accuracy import TOKENS_PER_BATCH
 from ...models import IGNORE_INDEX, TransformerLM

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...data.synthetic import make_task
+from ...data import make_task
 from ...models import ModelConfig
 from ...training import TrainConfig, train
 from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state

@@ -1,4 +1,4 @@
-"""The protocol every task follows (procedural ones here, text in ``data/text``), and the task registry.
+"""The protocol every task follows (procedural ones in ``synthetic/``, text in ``text/``), and the task registry.
 
 A task is a frozen dataclass whose fields are its parameters (they become ``tra data TASK`` flags and
 ``TrainConfig.task_args``). It generates batches as a pure function of (num, length, seed), marks the
@@ -64,7 +64,7 @@ class Task:
 
     def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
         """Evaluation metrics of ``model`` on a batch; by default accuracy over the scored tokens."""
-        from ...metrics import sequence_metrics
+        from ..metrics import sequence_metrics
 
         return sequence_metrics(model, tokens, loss_mask)
 
@@ -89,7 +89,7 @@ class Task:
 
     def write_text(self, path: str | Path, batch: TaskBatch) -> None:
         """One sequence per line, written atomically."""
-        from ...utils.atomic import atomic_write_text
+        from ..utils.atomic import atomic_write_text
 
         atomic_write_text(path, "".join(self.decode_text(row) + "\n" for row in batch.tokens))
 
