@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..utils.dataclass_io import dataclass_from_dict
+from ..utils.dataclass_io import dataclass_from_dict, split_version
 
 VERSION = 2
 
@@ -17,12 +17,7 @@ def migrate(data: dict) -> dict:
 
     Version 1 (0.1, no "version" key) had no ``tokenizer``: those models read task vocabularies (None).
     """
-    if not isinstance(data, dict):
-        raise ValueError(f"ModelConfig: got {type(data).__name__}; expected a JSON object of fields")
-    data = dict(data)
-    version = data.pop("version", 1)
-    if version not in (1, VERSION):
-        raise ValueError(f"ModelConfig: version = {version!r}; expected 1 or {VERSION} (newer files need a newer tra)")
+    data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
         data.setdefault("tokenizer", None)
     return data

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..data import TASKS, make_task
 from ..models import ModelConfig
-from ..utils.dataclass_io import dataclass_from_dict
+from ..utils.dataclass_io import dataclass_from_dict, split_version
 
 VERSION = 2
 DEVICE_TYPES = ("cpu", "cuda")
@@ -25,12 +25,7 @@ def migrate(data: dict) -> dict:
     or ``compile``. Top-level fields named like the task's parameters move into ``task_args``, and the
     new fields get the values that reproduce the old behaviour (1 and false).
     """
-    if not isinstance(data, dict):
-        raise ValueError(f"TrainConfig: got {type(data).__name__}; expected a JSON object of fields")
-    data = dict(data)
-    version = data.pop("version", 1)
-    if version not in (1, VERSION):
-        raise ValueError(f"TrainConfig: version = {version!r}; expected 1 or {VERSION} (newer files need a newer tra)")
+    data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
         if data.get("task") in TASKS:
             parameters = [f.name for f in dataclasses.fields(TASKS[data["task"]])]
