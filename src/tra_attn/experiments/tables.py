@@ -1,12 +1,16 @@
 """Helpers shared by every experiment's report: method order, labels and colours from the registry,
-mean ± std over seeds."""
+mean ± std over seeds, the page header, the learning-rate note and the sweep table."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics as stats
+from collections import defaultdict
+from pathlib import Path
 
 from ..layers import ATTENTION_KINDS
+from ..utils.jsonl import read_jsonl
 
 
 def ordered(methods) -> list[str]:
@@ -37,3 +41,61 @@ def fmt(values: list[float], digits: int = 3) -> str:
     if math.isnan(mean):
         return "n/a"
     return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def read_results(out: Path, producer: str, upgrade=lambda rows: rows) -> tuple[list[dict], dict]:
+    """(rows of out/results.jsonl, out/run.json or {}); ValueError naming ``producer`` if there are no rows."""
+    rows = upgrade(read_jsonl(out / "results.jsonl"))
+    if not rows:
+        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `{producer} --out {out}` first")
+    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    return rows, recorded
+
+
+def report_command(out: Path, notes, markdown: Path) -> str:
+    """The `tra report` command that rebuilds this page."""
+    command = f"tra report {out}"
+    if notes:
+        command += f" --notes {notes}"
+    if markdown != out / "results.md":
+        command += f" --markdown {markdown}"
+    return command
+
+
+def page_header(title: str, command: str, regenerate: str, rows: list[dict], preset: str) -> list[str]:
+    """Title, the producing command, the regenerating command, the commits and the preset."""
+    lines = [f"# {title}", ""]
+    if command:
+        lines += [f"Command: `{command}`  "]
+    return lines + [
+        f"Regenerate this page from the rows: `{regenerate}`  ",
+        f"Code: commit {', '.join(sorted({r['commit'] for r in rows}))}  ",
+        f"Preset: {preset}" if preset else "",
+        "",
+    ]
+
+
+def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agreed: str, without_sweep: str) -> str:
+    """How the page's learning rates were chosen: ``agreed`` when every method's rate is the sweep's choice,
+    a warning naming those that are not, or ``without_sweep`` when no sweep was run."""
+    if not sweep:
+        return without_sweep
+    used = {r["method"]: r["lr"] for r in rows}
+    mismatched = sorted(m for m in used if m in selected and selected[m] != used[m])
+    if mismatched:
+        return f"Warning: the learning rates of {mismatched} differ from the sweep's selection below."
+    return agreed
+
+
+def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> list[str]:
+    """Validation ``metric`` per method and learning rate (mean ± std over seeds), and the selected rate."""
+    by_lr = defaultdict(dict)
+    for r in sweep:
+        if r["split"] == "validation" and r["metric"] == metric:
+            by_lr[r["method"]].setdefault(r["lr"], []).append(r["value"])
+    lrs = sorted({r["lr"] for r in sweep})
+    lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
+    for method in ordered(by_lr):
+        cells = [fmt(by_lr[method].get(lr, [])) for lr in lrs]
+        lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
+    return lines

@@ -14,7 +14,18 @@ from pathlib import Path
 from ...data.synthetic.flipflop import FlipFlop
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
-from ..tables import color, fmt, label, mean_std, ordered
+from ..tables import (
+    color,
+    fmt,
+    label,
+    learning_rate_note,
+    mean_std,
+    ordered,
+    page_header,
+    read_results,
+    report_command,
+    sweep_table,
+)
 from .rows import upgrade_rows
 
 
@@ -89,19 +100,6 @@ def data_statistics_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def sweep_table(sweep: list[dict], selected: dict[str, float]) -> list[str]:
-    by_lr = defaultdict(dict)
-    for r in sweep:
-        if r["split"] == "validation" and r["metric"] == "full_seq_acc":
-            by_lr[r["method"]].setdefault(r["lr"], []).append(r["value"])
-    lrs = sorted({r["lr"] for r in sweep})
-    lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
-    for method in ordered(by_lr):
-        cells = [fmt(by_lr[method].get(lr, [])) for lr in lrs]
-        lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
-    return lines
-
-
 def plot_flipflop(rows: list[dict], path: Path) -> None:
     """Left: full-sequence accuracy per split; right: accuracy against length. Mean and std over seeds."""
     import matplotlib
@@ -155,15 +153,6 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def report_command(out: Path, notes, markdown: Path) -> str:
-    command = f"tra report {out}"
-    if notes:
-        command += f" --notes {notes}"
-    if markdown != out / "results.md":
-        command += f" --markdown {markdown}"
-    return command
-
-
 def write_report(
     out: str | Path,
     command: str = "",
@@ -176,37 +165,25 @@ def write_report(
     ``command`` and ``preset`` default to those recorded in out/run.json by ``tra flipflop``.
     """
     out = Path(out)
-    rows = upgrade_rows(read_jsonl(out / "results.jsonl"))
-    if not rows:
-        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra flipflop --out {out}` first")
-    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    rows, recorded = read_results(out, "tra flipflop", upgrade_rows)
     command, preset = command or recorded.get("command", ""), preset or recorded.get("preset", "")
     markdown = Path(markdown) if markdown else out / "results.md"
     plot = out / "accuracy.png"
     plot_flipflop(rows, plot)
     config = rows[0]["config"]
-    commits = sorted({r["commit"] for r in rows})
     sweep = upgrade_rows(read_jsonl(out / "sweep.jsonl"))
     selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
-    used = {r["method"]: r["lr"] for r in rows}
-    if sweep:
-        mismatched = sorted(m for m in used if m in selected and selected[m] != used[m])
-        lr_note = (
-            "The learning rate of every method is the one selected on a held-out IID validation set by the "
-            "sweep below, never on the test splits."
-            if not mismatched
-            else f"Warning: the learning rates of {mismatched} differ from the sweep's selection below."
-        )
-    else:
-        lr_note = "Learning rates: the preset's."
-    lines = ["# Flip-flop language modelling: TRA, ablations and baselines", ""]
-    if command:
-        lines += [f"Command: `{command}`  "]
+    lr_note = learning_rate_note(
+        rows,
+        sweep,
+        selected,
+        agreed="The learning rate of every method is the one selected on a held-out IID validation set by the "
+        "sweep below, never on the test splits.",
+        without_sweep="Learning rates: the preset's.",
+    )
+    title = "Flip-flop language modelling: TRA, ablations and baselines"
+    lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
     lines += [
-        f"Regenerate this page from the rows: `{report_command(out, notes, markdown)}`  ",
-        f"Code: commit {', '.join(commits)}  ",
-        f"Preset: {preset}" if preset else "",
-        "",
         f"Model: {config['model']['n_layers']} layer{'s' * (config['model']['n_layers'] != 1)}, "
         f"d_model {config['model']['d_model']}, "
         f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
@@ -247,7 +224,8 @@ def write_report(
         "",
     ]
     if sweep:
-        lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *sweep_table(sweep, selected), ""]
+        table = sweep_table(sweep, selected, "full_seq_acc")
+        lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *table, ""]
     if notes:
         lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
     atomic_write_text(markdown, "\n".join(lines))

@@ -11,7 +11,19 @@ from pathlib import Path
 
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
-from ..tables import color, fmt, label, mean_std, ordered
+from ..tables import (
+    color,
+    fmt,
+    label,
+    learning_rate_note,
+    mean_std,
+    ordered,
+    page_header,
+    read_results,
+    report_command,
+    sweep_table,
+)
+from .run import SELECTION_METRIC
 
 POSITION = re.compile(r"^loss@(\d+)-(\d+)$")
 
@@ -101,36 +113,32 @@ def plot(rows: list[dict], path: Path) -> None:
 def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
     """Build results.md (or ``markdown``) and bits_per_byte.png in ``out`` from out/results.jsonl."""
     out = Path(out)
-    rows = read_jsonl(out / "results.jsonl")
-    if not rows:
-        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `tra lm compare --out {out}` first")
-    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    rows, recorded = read_results(out, "tra lm compare")
     command, preset = command or recorded.get("command", ""), recorded.get("preset", "")
     markdown = Path(markdown) if markdown else out / "results.md"
     image = out / "bits_per_byte.png"
     plot(rows, image)
     config = rows[0]["config"]
     model = config["model"]
-    regenerate = (
-        f"tra report {out}"
-        + (f" --notes {notes}" if notes else "")
-        + (f" --markdown {markdown}" if markdown != out / "results.md" else "")
+    sweep = read_jsonl(out / "sweep.jsonl")
+    selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
+    lr_note = learning_rate_note(
+        rows,
+        sweep,
+        selected,
+        agreed="The learning rate of every method is the one with the best validation bits per byte at the "
+        "training length (windows from the start of the validation text) in the sweep below.",
+        without_sweep="Warning: no learning-rate sweep was run for this page; every method used its preset "
+        "rate, not one chosen on validation data, so this is not yet a fair comparison (rerun with --lrs).",
     )
-    lines = ["# Language modelling: bits per byte past the training length", ""]
-    if command:
-        lines += [f"Command: `{command}`  "]
+    title = "Language modelling: bits per byte past the training length"
+    lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
     lines += [
-        f"Regenerate this page from the rows: `{regenerate}`  ",
-        f"Code: commit {', '.join(sorted({r['commit'] for r in rows}))}  ",
-        f"Preset: {preset}" if preset else "",
-        "",
         f"Corpus {config['task_args']['corpus']}, tokenizer {config['task_args']['tokenizer']}; model "
         f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
         f"{model['n_heads']} heads; {config['steps']} steps of {config['batch_size']} x {config['length']} tokens. "
-        "Every method shares the model, data, seeds and step budget; only the attention differs. "
-        "Learning rates: chosen per method on validation bits per byte at the training length (windows from "
-        "the start of the validation text) when a sweep was run, else the preset's. Evaluation: "
-        "non-overlapping windows over the end of the validation text, the same tokens at every length.",
+        f"Every method shares the model, data, seeds and step budget; only the attention differs. {lr_note} "
+        "Evaluation: non-overlapping windows over the end of the validation text, the same tokens at every length.",
         "",
         "## Bits per byte (mean ± std over seeds)",
         "",
@@ -139,6 +147,9 @@ def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
         f"![bits per byte and loss against position]({os.path.relpath(image, markdown.parent)})",
         "",
     ]
+    if sweep:
+        table = sweep_table(sweep, selected, SELECTION_METRIC)
+        lines += ["## Learning-rate sweep (validation bits per byte at the training length)", "", *table, ""]
     if notes:
         lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
     atomic_write_text(markdown, "\n".join(lines))
