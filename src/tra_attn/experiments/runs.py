@@ -1,11 +1,15 @@
-"""Run bookkeeping shared by every experiment: which methods, and where each run lives."""
+"""Run bookkeeping shared by every experiment: its flags, which methods, where each run lives, what it writes."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from pathlib import Path
 
 from ..layers import ATTENTION_KINDS
+from ..utils.atomic import atomic_write_text
+from ..utils.jsonl import write_jsonl
 
 
 def check_methods(methods) -> list[str]:
@@ -37,3 +41,34 @@ def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
     if method in lrs:
         return lrs[method]
     return lr if lr is not None else ATTENTION_KINDS[method].lr
+
+
+def write_selection(out: Path, rows: list[dict], selected: dict[str, float], swept: bool, command: str, preset: str):
+    """results.jsonl (the rows of each method's selected learning rate), and with a sweep of several rates
+    sweep.jsonl (every row) and selected_lrs.json; run.json records the command and the preset."""
+    write_jsonl(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
+    if swept:
+        write_jsonl(out / "sweep.jsonl", rows)
+        atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
+    atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
+
+
+def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods: str, lrs: str, out: str) -> None:
+    """The flags every comparison takes: preset, methods, seeds, steps, a learning-rate sweep, output, device.
+
+    ``methods``, ``lrs`` and ``out`` describe this experiment's defaults for the help texts.
+    """
+    described = ", ".join(f"{name} ({p.description})" for name, p in presets.items())
+    parser.add_argument("--preset", default="cpu", help=f"model and recipe: {described}")
+    parser.add_argument("--methods", nargs="+", help=f"attention kinds to run (default: {methods})")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
+    parser.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        help=f"learning rates to sweep; each method keeps the best on validation data (default: {lrs})",
+    )
+    parser.add_argument("--out", type=Path, help=f"output directory (default: {out})")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")

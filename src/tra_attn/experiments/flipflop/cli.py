@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from ...utils.cli_help import HelpFormatter
+from ..runs import add_comparison_flags
 from .presets import PRESETS
 
 
@@ -35,19 +35,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "and accuracy.png. Resumable: finished runs are skipped, unfinished ones continue.",
         formatter_class=HelpFormatter,
     )
-    presets = ", ".join(f"{name} ({p.description})" for name, p in PRESETS.items())
-    fl.add_argument("--preset", default="cpu", help=f"model and recipe: {presets}")
-    fl.add_argument("--methods", nargs="+", help="attention kinds to run (default: every registered kind)")
-    fl.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
-    fl.add_argument("--steps", type=int, help="training steps (default: the preset's)")
-    fl.add_argument(
-        "--lrs",
-        type=float,
-        nargs="+",
-        help="learning rates to sweep; each method keeps the best on validation data "
-        "(default: the preset's validated rate per method)",
+    add_comparison_flags(
+        fl,
+        PRESETS,
+        methods="every registered kind",
+        lrs="the preset's validated rate per method",
+        out="runs/flipflop_<preset>",
     )
-    fl.add_argument("--out", type=Path, help="output directory (default: runs/flipflop_<preset>)")
-    fl.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    fl.add_argument("--no-progress", action="store_true", help="no progress bars")
     fl.set_defaults(func=cmd_flipflop)

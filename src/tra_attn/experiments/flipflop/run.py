@@ -20,10 +20,10 @@ from ...training import TrainConfig, train
 from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
 from ...training.evaluation import evaluate_checkpoint, result_rows
 from ...training.loop import METRICS_NAME
-from ...utils.atomic import atomic_write_text, make_directory
+from ...utils.atomic import make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ...utils.provenance import git_commit
-from ..runs import check_methods, check_run_arguments, run_dir
+from ..runs import check_methods, check_run_arguments, run_dir, write_selection
 from ..selection import select_lrs as select_best_lrs
 from .presets import PRESETS, TASK_ARGS, Preset
 from .rows import upgrade_rows
@@ -119,13 +119,7 @@ def run_flipflop(
                 print(f"[flipflop] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
                 rows += run_one(config, directory, preset.eval_sequences, progress)
     selected = select_lrs(rows)
-    results = [r for r in rows if r["lr"] == selected[r["method"]]]
-    write_jsonl(out / "results.jsonl", results)
-    if lrs and len(lrs) > 1:
-        write_jsonl(out / "sweep.jsonl", rows)
-        atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
-    atomic_write_text(
-        out / "run.json", json.dumps({"command": command, "preset": f"{preset_name}: {preset.description}"})
-    )
+    swept = bool(lrs) and len(lrs) > 1
+    write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}")
     write_report(out)
     return out

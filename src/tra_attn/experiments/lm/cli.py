@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ...utils.cli_help import HelpFormatter
+from ..runs import add_comparison_flags
 
 
 def cmd_sample(args) -> None:
@@ -61,21 +62,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="train TRA and the baselines on one corpus and budget; bits per byte at 1x-16x; resumable",
         formatter_class=HelpFormatter,
     )
-    presets = ", ".join(f"{name} ({p.description})" for name, p in PRESETS.items())
-    cp.add_argument("--preset", default="cpu", help=f"corpus, model and recipe: {presets}")
-    cp.add_argument("--methods", nargs="+", help=f"attention kinds (default: {' '.join(DEFAULT_METHODS)})")
-    cp.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
-    cp.add_argument("--steps", type=int, help="training steps (default: the preset's)")
-    cp.add_argument(
-        "--lrs",
-        type=float,
-        nargs="+",
-        help="learning rates to sweep, each method keeps its best on validation (default: the preset's rate)",
+    add_comparison_flags(
+        cp, PRESETS, methods=" ".join(DEFAULT_METHODS), lrs="the preset's rate", out="runs/lm_<preset>"
     )
-    cp.add_argument("--out", type=Path, help="output directory (default: runs/lm_<preset>)")
     cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: found for austen)")
-    cp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    cp.add_argument("--no-progress", action="store_true", help="no progress bars")
     cp.set_defaults(func=cmd_compare)
 
     sp = lm_sub.add_parser(
