@@ -34,9 +34,14 @@ def lm_metrics(
         scored += int(m.sum())
         if lengths is not None:
             scored_bytes += int(lengths[x[:, 1:][m].cpu()].sum())
+    return summarize(loss_sum, scored, None if lengths is None else scored_bytes)
+
+
+def summarize(loss_sum: float, scored: int, scored_bytes: int | None) -> dict:
+    """loss, perplexity, bits_per_byte (unless ``scored_bytes`` is None) and scored_tokens from sums."""
     loss = loss_sum / scored if scored else math.nan
     metrics = {"loss": loss, "perplexity": math.exp(loss) if scored else math.nan}
-    if lengths is not None:
+    if scored_bytes is not None:
         metrics["bits_per_byte"] = loss_sum / math.log(2) / scored_bytes if scored_bytes else math.nan
     metrics["scored_tokens"] = scored
     return metrics

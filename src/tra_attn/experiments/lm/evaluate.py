@@ -9,7 +9,6 @@ comes from the model's chunked cross-entropy: no (B, S, vocab) fp32 logits at 16
 
 from __future__ import annotations
 
-import math
 import resource
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 from ...data import make_task
 from ...data.text.windows import eval_batch, eval_windows
 from ...metrics.accuracy import TOKENS_PER_BATCH
+from ...metrics.perplexity import summarize
 from ...models import IGNORE_INDEX, TransformerLM
 from ...training.checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
 from ...training.config import TrainConfig, check_device
@@ -58,13 +58,7 @@ def window_metrics(model, tokens: np.ndarray, length: int, stride: int | None, t
             bucket_count.index_add_(0, positions, torch.ones_like(per_token[mask]))
             scored += int(mask.sum())
             scored_bytes += int(token_bytes[labels[mask].cpu().numpy()].sum())
-    loss = loss_sum.item() / scored
-    metrics = {
-        "loss": loss,
-        "perplexity": math.exp(loss),
-        "bits_per_byte": loss_sum.item() / math.log(2) / scored_bytes,
-        "scored_tokens": scored,
-    }
+    metrics = summarize(loss_sum.item(), scored, scored_bytes)
     for b in range(buckets):
         if bucket_count[b] > 0:
             metrics[f"loss@{edges[b]}-{edges[b + 1]}"] = (bucket_sum[b] / bucket_count[b]).item()
