@@ -119,6 +119,11 @@ def test_every_flag_of_every_command_has_a_help_text_that_states_its_default():
     assert missing == []
 
 
+def test_the_help_of_every_command_renders():
+    for name, parser in subcommand_parsers(build_parser()):
+        assert parser.format_help(), name  # a stray '%' in a help text breaks argparse's formatting
+
+
 def test_the_model_owns_its_loss_and_chunks_it_exactly(monkeypatch):
     torch.manual_seed(0)
     model = TransformerLM(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))

@@ -58,7 +58,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods
 
     ``methods``, ``lrs`` and ``out`` describe this experiment's defaults for the help texts.
     """
-    described = ", ".join(f"{name} ({p.description})" for name, p in presets.items())
+    described = ", ".join(f"{name} ({p.description})" for name, p in presets.items()).replace("%", "%%")
     parser.add_argument("--preset", default="cpu", help=f"model and recipe: {described}")
     parser.add_argument("--methods", nargs="+", help=f"attention kinds to run (default: {methods})")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
