@@ -86,6 +86,26 @@ def test_training_resumes_exactly_and_validates_with_perplexity(corpus, tmp_path
     assert validation[0]["val_scored_tokens"] == 4 * 16
 
 
+def test_lm_train_command_maps_its_corpus_flags_and_resumes_exactly(corpus, tmp_path, capsys):
+    flags = ["--corpus", corpus["corpus"], "--validation-text", corpus["validation_text"], "--tokenizer", "byte"]
+    flags += ["--length", "16", "--steps", "6", "--batch-size", "4", "--d-model", "16", "--n-layers", "1"]
+    flags += ["--n-heads", "2", "--dropout", "0.1", "--checkpoint-every", "3", "--eval-every", "3"]
+    flags += ["--eval-sequences", "4", "--no-progress"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert run(["lm", "train", "--out", str(straight), *flags], capsys)[0] == 0
+    saved = json.loads((straight / "train_config.json").read_text())
+    assert saved["task"] == "lm" and saved["task_args"] == {**corpus, "tokenizer": "byte"}
+    assert saved["model"]["tokenizer"]["name"] == "byte" and saved["model"]["vocab_size"] == 256
+    assert run(["lm", "train", "--out", str(resumed), *flags], capsys)[0] == 0
+    shutil.rmtree(resumed / "checkpoints" / "step_0000006")
+    assert run(["lm", "train", "--out", str(resumed), "--resume", *flags], capsys)[0] == 0
+    a = TransformerLM.from_pretrained(resolve_checkpoint(straight)).state_dict()
+    b = TransformerLM.from_pretrained(resolve_checkpoint(resumed)).state_dict()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    code, _, err = run(["lm", "train", "--out", str(tmp_path / "bad"), "--corpus", corpus["corpus"]], capsys)
+    assert code == 2 and "validation_text = None; expected validation_text=PATH" in err
+
+
 def test_eval_scores_the_same_tokens_at_1x_to_16x_the_training_length(corpus, tmp_path, capsys):
     train(lm_config(corpus, length=8), tmp_path / "run", progress=False)
     code, out, err = run(

@@ -185,18 +185,15 @@ def _add_data_parser(sub) -> None:
         p.set_defaults(func=cmd_data)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_data_parser(sub)
-
-    tr = sub.add_parser("train", help="train one model (flags override --config)", formatter_class=HelpFormatter)
-    tr.add_argument("--out", type=Path, required=True, help="run directory (required)")
-    tr.add_argument("--config", type=Path, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)")
-    tr.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {next(iter(TASKS))})")
-    tr.add_argument(
+def add_train_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of one training run (all but ``--task``): output, config file, resume, task and config fields."""
+    parser.add_argument("--out", type=Path, required=True, help="run directory (required)")
+    parser.add_argument(
+        "--config", type=Path, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
         "--task-arg",
         type=_parse_task_arg,
         action="append",
@@ -204,7 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a task parameter, repeatable, as JSON or text; the task's parameters are the flags of "
         "`tra data TASK --help` (default: the task's defaults)",
     )
-    _add_config_flags(tr)
+    _add_config_flags(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_parser(sub)
+
+    tr = sub.add_parser("train", help="train one model (flags override --config)", formatter_class=HelpFormatter)
+    tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {next(iter(TASKS))})")
+    add_train_flags(tr)
     tr.set_defaults(func=cmd_train)
 
     ev = sub.add_parser(

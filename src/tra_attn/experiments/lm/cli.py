@@ -32,6 +32,26 @@ def cmd_eval(args) -> None:
     print_table(rows)
 
 
+# `tra lm train` flags that are parameters of the lm task: their destinations (not the bare names, which
+# would collide with config fields such as ModelConfig.tokenizer) and the task_args they set.
+TASK_FLAGS = {
+    "lm_corpus": "corpus",
+    "lm_tokenizer": "tokenizer",
+    "lm_data_dir": "data_dir",
+    "lm_validation_text": "validation_text",
+}
+
+
+def cmd_train(args) -> None:
+    """`tra train --task lm`, with the lm task's parameters as first-class flags."""
+    from ...cli import cmd_train as train_command
+
+    given = [(name, str(getattr(args, dest))) for dest, name in TASK_FLAGS.items() if getattr(args, dest) is not None]
+    args.task = "lm"
+    args.task_arg = given + (args.task_arg or [])
+    train_command(args)
+
+
 def cmd_compare(args) -> None:
     import shlex
 
@@ -67,6 +87,32 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: found for austen)")
     cp.set_defaults(func=cmd_compare)
+
+    from ...cli import add_train_flags
+
+    tp = lm_sub.add_parser(
+        "train",
+        help="train one language model (`tra train --task lm` with the corpus flags below)",
+        formatter_class=HelpFormatter,
+    )
+    tp.add_argument(
+        "--corpus", dest="lm_corpus", help="austen, wikitext103, or a text/gzip file or folder (default: austen)"
+    )
+    tp.add_argument("--tokenizer", dest="lm_tokenizer", help="byte or gpt2 (default: byte)")
+    tp.add_argument(
+        "--data-dir",
+        dest="lm_data_dir",
+        type=Path,
+        help="folder of a benchmark corpus's files (default: found for austen)",
+    )
+    tp.add_argument(
+        "--validation-text",
+        dest="lm_validation_text",
+        type=Path,
+        help="held-out text when --corpus is a path (default: none)",
+    )
+    add_train_flags(tp)
+    tp.set_defaults(func=cmd_train)
 
     sp = lm_sub.add_parser(
         "sample", help="continue a prompt with a trained model (KV-cache decoding)", formatter_class=HelpFormatter

@@ -16,7 +16,7 @@ import torch
 
 from ...data import make_task
 from ...data.text.windows import eval_batch, eval_windows
-from ...metrics.accuracy import TOKENS_PER_BATCH
+from ...metrics.accuracy import eval_batch_size
 from ...metrics.perplexity import summarize
 from ...models import IGNORE_INDEX, TransformerLM
 from ...training.checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
@@ -39,7 +39,7 @@ def window_metrics(model, tokens: np.ndarray, length: int, stride: int | None, t
     ``eval_windows(len(tokens), length, stride)``."""
     windows = eval_windows(len(tokens), length, stride)
     device = next(model.parameters()).device
-    per_batch = max(1, TOKENS_PER_BATCH // length)
+    per_batch = eval_batch_size(model.config, length)  # fewer windows for kinds that materialise (S, S)
     edges = [round(b * length / buckets) for b in range(buckets + 1)]
     bucket_of = torch.bucketize(torch.arange(length), torch.tensor(edges[1:-1]), right=True).to(device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
