@@ -1,8 +1,11 @@
 """threshold-relative-attention: the reference library for Threshold Relative Attention (arXiv 2503.23174)."""
 
+from .hf_hook import install as _install_hf_hook
 from .layers import ATTENTION_KINDS, AttentionKind, KVCache, register_attention
 from .models import ModelConfig, TransformerLM
 from .ops.tra import threshold_relative_attention
+
+_install_hf_hook()
 
 __all__ = [
     "ATTENTION_KINDS",

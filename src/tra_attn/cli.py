@@ -164,6 +164,15 @@ def cmd_report(args) -> None:
     print(path.read_text())
 
 
+def cmd_convert(args) -> None:
+    try:
+        from .hf import to_hf, to_native
+    except ImportError as err:
+        raise ValueError(str(err)) from None
+    out = (to_hf if args.to == "hf" else to_native)(args.source, args.out)
+    print(f"wrote {args.to} model: {out}")
+
+
 def _add_data_parser(sub) -> None:
     data = sub.add_parser("data", help="write generated task sequences to a text file")
     data_sub = data.add_subparsers(dest="task", required=True, metavar="TASK")
@@ -230,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     for experiment in experiments().values():
         experiment.add_commands(sub)
+
+    cv = sub.add_parser(
+        "convert",
+        help="convert a model between this library's format and Hugging Face's (needs the [hf] extra)",
+        formatter_class=HelpFormatter,
+    )
+    cv.add_argument("source", type=Path, help="a native model, run or checkpoint (--to hf), or a Hugging Face folder")
+    cv.add_argument("--to", choices=("hf", "native"), required=True, help="the output format (required)")
+    cv.add_argument("--out", type=Path, required=True, help="a new output directory (required)")
+    cv.set_defaults(func=cmd_convert)
 
     rp = sub.add_parser(
         "report", help="rebuild the Markdown page and plot of a results directory", formatter_class=HelpFormatter

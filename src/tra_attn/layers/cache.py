@@ -64,6 +64,14 @@ class LayerCache:
         self.length = start + new
         return self.keys, self.values, self.extras
 
+    def select_batch(self, index: torch.Tensor) -> None:
+        """Keep batch entries ``index`` (in that order, repeats allowed): beam search's reordering."""
+        if self._keys is None:
+            return
+        self._keys = self._keys.index_select(0, index.to(self._keys.device))
+        self._values = self._values.index_select(0, index.to(self._values.device))
+        self._extras = {name: buffer.index_select(0, index.to(buffer.device)) for name, buffer in self._extras.items()}
+
 
 class KVCache:
     """One LayerCache per layer of a model; ``capacity`` preallocates that many positions per layer."""

@@ -1,0 +1,44 @@
+"""Hugging Face interop (optional extra ``[hf]``): ``TRAConfig``, ``TRAForCausalLM``, tokenizers, conversion.
+
+Importing this package registers the model with ``AutoConfig``, ``AutoModelForCausalLM`` and
+``AutoTokenizer``. ``import tra_attn`` does that too, as soon as ``transformers`` is imported (before or
+after), without importing ``transformers`` itself (see ``tra_attn/hf_hook.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+if importlib.util.find_spec("transformers") is None:
+    raise ImportError(
+        "tra_attn.hf needs the Python package 'transformers'; expected `pip install -e .[hf]` "
+        "(or `pip install 'transformers>=5.24,<6'`)"
+    )
+
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from .configuration import MODEL_TYPE, TRAConfig  # noqa: E402
+from .convert import to_hf, to_native  # noqa: E402
+from .modeling import TRACache, TRAForCausalLM  # noqa: E402
+from .tokenization import TRAByteTokenizer, hf_tokenizer  # noqa: E402
+
+
+def register() -> None:
+    """Make ``model_type = "tra"`` loadable by the Auto classes (idempotent)."""
+    AutoConfig.register(MODEL_TYPE, TRAConfig, exist_ok=True)
+    AutoModelForCausalLM.register(TRAConfig, TRAForCausalLM, exist_ok=True)
+    AutoTokenizer.register(TRAConfig, slow_tokenizer_class=TRAByteTokenizer, exist_ok=True)
+
+
+register()
+
+__all__ = [
+    "TRAByteTokenizer",
+    "TRACache",
+    "TRAConfig",
+    "TRAForCausalLM",
+    "hf_tokenizer",
+    "register",
+    "to_hf",
+    "to_native",
+]

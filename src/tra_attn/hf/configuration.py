@@ -1,0 +1,42 @@
+"""``TRAConfig``: a Hugging Face ``PreTrainedConfig`` whose fields are exactly ``ModelConfig``'s.
+
+The fields are copied from the ``ModelConfig`` dataclass when this module is imported, so the two
+can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from transformers import PreTrainedConfig
+
+from ..models.config import ModelConfig
+
+MODEL_TYPE = "tra"
+
+
+def _fields_of_model_config() -> dict:
+    """A class namespace declaring every ModelConfig field, with its type and default."""
+    namespace: dict = {"__annotations__": {}}
+    for f in dataclasses.fields(ModelConfig):
+        namespace["__annotations__"][f.name] = f.type
+        namespace[f.name] = f.default
+    return namespace
+
+
+class TRAConfig(PreTrainedConfig):
+    """The configuration of ``TRAForCausalLM``: every ``ModelConfig`` field, plus Hugging Face's own."""
+
+    model_type = MODEL_TYPE
+    attribute_map = {"hidden_size": "d_model", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"}
+    locals().update(_fields_of_model_config())  # a class body's locals() is its namespace
+    use_cache: bool = True  # generate() decodes with the KV cache
+
+    def to_model_config(self) -> ModelConfig:
+        """The library's ModelConfig of these fields (validated: a bad value raises ValueError)."""
+        return ModelConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)})
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig, **kwargs) -> TRAConfig:
+        """A TRAConfig with ``config``'s fields; ``kwargs`` set Hugging Face fields (e.g. eos_token_id)."""
+        return cls(**dataclasses.asdict(config), **kwargs)

@@ -1,0 +1,125 @@
+"""``TRAForCausalLM``: the library's ``TransformerLM`` as a Hugging Face causal LM, for every attention kind.
+
+The wrapper holds a ``TransformerLM`` as ``self.model`` and adds nothing to the computation, so its
+logits are the library model's. Decoding uses the library's own KV cache (``TRACache``), which also
+holds the per-key extras some kinds need (FoX's cumulative gates, the TRA ablations' key gates):
+``generate`` threads it through like any cache, and beam search reorders it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..layers import KVCache
+from ..layers.alibi import ALiBiAttention
+from ..models import IGNORE_INDEX, TransformerLM
+from ..models.loss import token_cross_entropy
+from ..ops.alibi import alibi_slopes
+from .configuration import TRAConfig
+
+
+class TRACache(KVCache):
+    """The library's KV cache with the few methods ``transformers``' ``generate`` calls on a cache."""
+
+    is_compileable = False  # buffers grow in place: not a static cache for torch.compile
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return [False] * len(self.layers)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].length
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: keep, for every new beam, the cached keys and values of the beam it came from."""
+        for layer in self.layers:
+            layer.select_batch(beam_idx)
+
+
+class TRAPreTrainedModel(PreTrainedModel):
+    config_class = TRAConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _no_split_modules = ["Block"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module) -> None:
+        """TransformerLM initialises its own weights; only the non-persistent ALiBi slopes (not in any
+        checkpoint) need restoring when transformers builds the model on the meta device."""
+        if isinstance(module, ALiBiAttention):
+            module.slopes.copy_(alibi_slopes(module.slopes.numel()).to(module.slopes.device))
+
+
+class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
+    """``TransformerLM`` behind Hugging Face's causal-LM interface (forward, generate, pipelines)."""
+
+    def __init__(self, config: TRAConfig):
+        super().__init__(config)
+        self.model = TransformerLM(config.to_model_config())
+        self.post_init()
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model brings its own cache (TRACache), created in forward
+
+    def get_input_embeddings(self):
+        return self.model.embed
+
+    def set_input_embeddings(self, value) -> None:
+        self.model.embed = value
+
+    def get_output_embeddings(self):
+        return self.model.lm_head
+
+    def set_output_embeddings(self, value) -> None:
+        self.model.lm_head = value
+
+    def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, **kwargs):
+        """Only the tokens the cache has not seen yet; the rest of the state lives in the cache."""
+        if kwargs.get("inputs_embeds") is not None:
+            raise ValueError("TRAForCausalLM.generate: inputs_embeds is not supported; expected input_ids")
+        if cache is not None:
+            input_ids = input_ids[:, cache.get_seq_length() :]
+        inputs = {"input_ids": input_ids, "cache": cache, "attention_mask": attention_mask}
+        inputs.update(use_cache=kwargs.get("use_cache"), logits_to_keep=kwargs.get("logits_to_keep"))
+        return inputs
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: TRACache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Logits of ``input_ids`` (continuing ``cache`` if given); with ``labels`` (the input ids, -100 to
+        skip, shifted inside as in every Hugging Face causal LM) also the mean next-token loss."""
+        if kwargs.get("inputs_embeds") is not None:
+            raise ValueError("TRAForCausalLM: inputs_embeds is not supported; expected input_ids")
+        if input_ids is None:
+            raise ValueError("TRAForCausalLM: input_ids is None; expected a (batch, seq) tensor of token ids")
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError(
+                "TRAForCausalLM: attention_mask has zeros; padding is not supported (every query attends to "
+                "all earlier tokens); expected sequences of equal length without padding"
+            )
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None and not self.training:
+            cache = TRACache(self.config.n_layers)
+        elif not use_cache:
+            cache = None
+        hidden = self.model.hidden_states(input_ids, cache)
+        loss = None
+        if labels is not None:
+            shifted = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+            per_token = token_cross_entropy(hidden, self.model.lm_head, shifted)
+            loss = per_token.sum() / (shifted != IGNORE_INDEX).sum().clamp(min=1)
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return CausalLMOutputWithPast(loss=loss, logits=self.model.lm_head(hidden), cache=cache)

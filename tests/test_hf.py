@@ -1,0 +1,160 @@
+"""Hugging Face interop: the wrapper's logits and decoding equal the library's for every attention kind,
+conversion is exact both ways, the Auto classes and pipelines load a converted model, and bad input
+gets clear errors. Skipped without ``transformers`` (the ``[hf]`` extra; CI installs it)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("transformers")
+
+from tests.test_cli import run  # noqa: E402
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM  # noqa: E402
+from tra_attn.data.text.tokenizers import make_tokenizer  # noqa: E402
+from tra_attn.hf import TRAConfig, TRAForCausalLM, hf_tokenizer, to_hf, to_native  # noqa: E402
+from tra_attn.hf import convert as convert_module  # noqa: E402
+
+KINDS = sorted(ATTENTION_KINDS)
+BYTE = make_tokenizer("byte").describe()
+
+
+def pair(kind: str, seed: int = 0, **fields) -> tuple[TransformerLM, TRAForCausalLM]:
+    """A library model and its Hugging Face wrapper holding the same weights."""
+    torch.manual_seed(seed)
+    config = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, attention=kind, cope_max_pos=32, **fields)
+    model = TransformerLM(config).eval()
+    wrapper = TRAForCausalLM(TRAConfig.from_model_config(config)).eval()
+    wrapper.model.load_state_dict(model.state_dict())
+    return model, wrapper
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_wrapper_computes_the_library_model_and_decodes_like_it(kind):
+    model, wrapper = pair(kind)
+    ids = torch.randint(0, 40, (2, 9))
+    assert torch.equal(wrapper(ids, use_cache=False).logits, model(ids))
+    assert torch.equal(wrapper(ids).logits, model(ids, cache=model.new_cache()))  # prefill into a fresh cache
+    greedy = wrapper.generate(ids, max_new_tokens=12, do_sample=False)
+    assert torch.equal(greedy, model.generate(ids, 12, temperature=0))
+    assert torch.equal(greedy, wrapper.generate(ids, max_new_tokens=12, do_sample=False, use_cache=False))
+    sampled = [
+        (torch.manual_seed(3), wrapper.generate(ids, max_new_tokens=10, do_sample=True, top_k=5, use_cache=c))[1]
+        for c in (True, False)
+    ]
+    assert torch.equal(*sampled)
+    beams = [wrapper.generate(ids, max_new_tokens=6, num_beams=3, do_sample=False, use_cache=c) for c in (True, False)]
+    assert torch.equal(*beams)  # beam search reorders the cache (TRACache.reorder_cache) exactly
+
+
+def test_labels_give_the_mean_shifted_next_token_loss():
+    model, wrapper = pair("tra")
+    ids = torch.randint(0, 40, (3, 11))
+    labels = ids.clone()
+    labels[1, 4:] = -100
+    out = wrapper(ids, labels=labels)
+    logits = model(ids)[:, :-1].flatten(0, 1)
+    expected = F.cross_entropy(logits, labels[:, 1:].flatten(), ignore_index=-100)
+    assert torch.allclose(out.loss, expected, rtol=1e-5) and torch.equal(
+        out.logits, model(ids, cache=model.new_cache())
+    )
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
+def test_conversion_is_exact_both_ways_and_pipelines_generate(tokenizer, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    described = make_tokenizer(tokenizer).describe()
+    torch.manual_seed(0)
+    vocab = described["vocab_size"]
+    model = TransformerLM(ModelConfig(vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, tokenizer=described))
+    model.save_pretrained(tmp_path / "native")
+    code, out, _ = run(["convert", tmp_path / "native", "--to", "hf", "--out", tmp_path / "hf"], capsys)
+    assert code == 0 and "wrote hf model" in out
+    wrapper = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert isinstance(wrapper, TRAForCausalLM) and hf_tok.encode("Hello world") == make_tokenizer(tokenizer).encode(
+        "Hello world"
+    )
+    prompt = "It is a truth"
+    ids = torch.tensor([hf_tok.encode(prompt)])
+    ours = model.generate(ids, 6, temperature=0)[0, ids.shape[1] :]
+    text = pipeline("text-generation", model=wrapper, tokenizer=hf_tok)(prompt, max_new_tokens=6, do_sample=False)
+    assert text[0]["generated_text"] == prompt + make_tokenizer(tokenizer).decode(ours)
+    assert run(["convert", tmp_path / "hf", "--to", "native", "--out", tmp_path / "back"], capsys)[0] == 0
+    back = TransformerLM.from_pretrained(tmp_path / "back")
+    assert back.config == model.config
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values(), strict=True))
+
+
+def test_gpt2_tokenizer_equals_the_library_one():
+    ours, theirs = make_tokenizer("gpt2"), hf_tokenizer("gpt2")
+    text = "Hello world, café — naïve\n\n  x \t 1234567 's I'll 日本語 " * 20
+    assert theirs.encode("Hello world") == [15496, 995] and theirs.encode(text) == ours.encode(text)
+    assert theirs.decode(theirs.encode(text)) == text
+
+
+def test_auto_classes_know_the_model_after_import_tra_attn_in_either_order(tmp_path):
+    model, _ = pair("alibi")  # ALiBi's slopes are a non-persistent buffer that loading must restore
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    torch.save(model(torch.arange(8)[None] % 40), tmp_path / "logits.pt")
+    check = f"""
+        import torch
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "hf")!r})
+        expected = torch.load({str(tmp_path / "logits.pt")!r})
+        assert torch.equal(model(torch.arange(8)[None] % 40).logits, expected)
+        print(type(model).__name__)
+    """
+    for imports in (
+        "import tra_attn\nfrom transformers import AutoModelForCausalLM",
+        "from transformers import AutoModelForCausalLM\nimport tra_attn",
+    ):
+        code = textwrap.dedent(imports + "\n" + textwrap.dedent(check))
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert result.returncode == 0 and "TRAForCausalLM" in result.stdout, result.stderr[-2000:]
+
+
+def test_bad_input_gets_clear_errors_and_conversion_leaves_nothing_half_written(tmp_path, monkeypatch, capsys):
+    _, wrapper = pair("tra")
+    ids = torch.randint(0, 40, (2, 5))
+    with pytest.raises(ValueError, match="attention_mask has zeros; padding is not supported"):
+        wrapper(ids, attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]]))
+    model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
+    model.save_pretrained(tmp_path / "native")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not an empty directory"):
+        to_hf(tmp_path / "native", tmp_path / "taken")
+    with pytest.raises(ValueError, match="has model_type = None; expected 'tra'"):
+        to_native(tmp_path / "native", tmp_path / "out")
+    with pytest.raises(ValueError, match="cannot read .*config.json"):
+        to_native(tmp_path / "missing", tmp_path / "out")
+
+    def broken(name):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(convert_module, "hf_tokenizer", broken)
+    with pytest.raises(OSError, match="disk full"):
+        to_hf(tmp_path / "native", tmp_path / "half")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["native", "taken"]
+    monkeypatch.setitem(sys.modules, "tra_attn.hf", None)  # as if transformers were not installed
+    code, _, err = run(["convert", tmp_path / "native", "--to", "hf", "--out", tmp_path / "x"], capsys)
+    assert code == 2 and "tra: error:" in err
+
+
+def test_the_readme_hugging_face_example_runs(tmp_path, monkeypatch):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    (block,) = re.findall(r"```py\n(.*?)```", readme, re.S)
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained("lm")
+    to_hf("lm", "my_model_hf")  # what the README's `tra convert` line makes
+    exec(compile(block, "README.md", "exec"), {})
