@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -117,8 +118,9 @@ def cmd_train(args) -> None:
     from .training import train
 
     config = _config_from_args(args)
-    checkpoint = train(config, args.out, resume=args.resume, progress=not args.no_progress)
-    print(f"trained {config.model.attention}: {checkpoint}")
+    checkpoint = train(config, args.out, resume=args.resume, progress=not args.no_progress, fsdp=args.fsdp)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+        print(f"trained {config.model.attention}: {checkpoint}")
 
 
 def cmd_eval(args) -> None:
@@ -202,6 +204,11 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun: shard parameters, gradients and optimizer state with FSDP2 instead of DDP",
+    )
     parser.add_argument(
         "--task-arg",
         type=_parse_task_arg,

@@ -16,10 +16,14 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
 
-def save_pretrained(model, directory: str | os.PathLike) -> None:
-    """Write config.json and model.safetensors, each atomically (temp file, then rename)."""
+def save_pretrained(model, directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+    """Write config.json and model.safetensors, each atomically (temp file, then rename).
+
+    ``state_dict`` replaces ``model.state_dict()`` (e.g. the full weights gathered from a sharded model).
+    """
     directory = make_directory(directory, "save_pretrained:")
-    state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    state_dict = model.state_dict() if state_dict is None else state_dict
+    state = {name: t.detach().contiguous().cpu() for name, t in state_dict.items()}
     atomic_write(directory / WEIGHTS_NAME, lambda path: save_file(state, str(path)))
     atomic_write_text(directory / CONFIG_NAME, model.config.to_json())
 

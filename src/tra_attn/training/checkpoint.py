@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..models import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
+from ..models.io import save_pretrained
 from ..utils.atomic import usual_mode
 
 TRAIN_CONFIG_NAME = "train_config.json"
@@ -24,16 +25,14 @@ TRAIN_STATE_NAME = "train_state.pt"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-def save_checkpoint(run_dir: Path, step: int, model: TransformerLM, train_config: dict, state: dict, keep: int = 2):
-    """Write checkpoint ``step`` atomically, then delete all but the newest ``keep`` checkpoints."""
+def _commit(run_dir: Path, step: int, write, keep: int, tmp: Path | None = None) -> Path:
+    """Write checkpoint ``step`` with ``write(folder)`` into a hidden temporary folder (``tmp``, or a new
+    one), rename it into place, then delete all but the newest ``keep`` checkpoints."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    tmp = tmp or new_checkpoint_folder(run_dir, step)
     try:
-        model.save_pretrained(tmp)
-        (tmp / TRAIN_CONFIG_NAME).write_text(json.dumps(train_config, indent=2, sort_keys=True))
-        torch.save(state, tmp / TRAIN_STATE_NAME)
+        write(tmp)
         if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
             shutil.rmtree(final)
         tmp.chmod(usual_mode(0o777))  # mkdtemp creates 0700
@@ -44,6 +43,37 @@ def save_checkpoint(run_dir: Path, step: int, model: TransformerLM, train_config
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def new_checkpoint_folder(run_dir: Path, step: int) -> Path:
+    """A new hidden temporary folder for checkpoint ``step`` (removed on resume if never committed)."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".step_{step:07d}.", dir=root))
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: TransformerLM,
+    train_config: dict,
+    state: dict,
+    keep: int = 2,
+    weights: dict | None = None,
+    tmp: Path | None = None,
+) -> Path:
+    """Write checkpoint ``step`` atomically, then delete all but the newest ``keep`` checkpoints.
+
+    ``weights`` replaces the model's own state dict (the full weights of a sharded model); ``tmp`` is a
+    folder from ``new_checkpoint_folder`` that already holds other files (a sharded optimizer state).
+    """
+
+    def write(folder: Path) -> None:
+        save_pretrained(model, folder, weights)
+        (folder / TRAIN_CONFIG_NAME).write_text(json.dumps(train_config, indent=2, sort_keys=True))
+        torch.save(state, folder / TRAIN_STATE_NAME)
+
+    return _commit(run_dir, step, write, keep, tmp)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -1,5 +1,6 @@
 """The task-agnostic training loop: AdamW, cosine schedule, clipping, gradient accumulation, autocast,
-optional torch.compile, JSONL metrics, periodic validation, checkpoints and exact resume.
+optional torch.compile, data parallelism under torchrun, JSONL metrics, periodic validation,
+checkpoints and exact resume.
 
 Batches are a pure function of (seed, step), the model computes its own per-token loss, and the
 optimizer and RNG states are checkpointed between whole steps only (Ctrl-C waits for the step to
@@ -9,6 +10,8 @@ to N steps straight.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -27,13 +30,17 @@ from .checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_train_state,
+    new_checkpoint_folder,
     remove_interrupted_writes,
     save_checkpoint,
 )
 from .config import TrainConfig, check_device
+from .distributed import Processes, join, leave
 from .interrupt import deferred_interrupts
 from .optim import build_optimizer, learning_rate
+from .sharding import SHARDED, full_weights, load_optimizer, save_optimizer, shard
 
+ONE_PROCESS = Processes()
 VALIDATION_SEED = 1_000_000_007  # validation sequences never coincide with a training batch seed
 METRICS_NAME = "metrics.jsonl"
 
@@ -61,22 +68,36 @@ def autocast(config: TrainConfig):
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
 
-def accumulate_gradients(model, config: TrainConfig, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Backward of the mean loss over every scored token of the batch, in ``grad_accum`` micro-batches.
+def accumulate_gradients(
+    model, config: TrainConfig, inputs: torch.Tensor, labels: torch.Tensor, processes: Processes = ONE_PROCESS
+) -> torch.Tensor:
+    """Backward of the mean loss over every scored token of the global batch, from this rank's rows in
+    ``grad_accum`` micro-batches.
 
-    Each micro-batch's summed loss is divided by the scored tokens of the whole batch, so the gradient
-    equals that of one pass over the whole batch (exactly so without dropout). Returns the mean loss.
+    Each micro-batch's summed loss is divided by the scored tokens of the whole global batch (and
+    multiplied by the number of ranks, whose gradients DistributedDataParallel averages), so the gradient
+    equals that of one pass over the whole batch (exactly so without dropout, up to the order of fp32
+    sums). Returns this rank's share of the mean loss (the shares of all ranks sum to it).
     """
     scored = int((labels != IGNORE_INDEX).sum())
+    rows = processes.rows(config.batch_size)
+    inputs, labels = inputs[rows], labels[rows]
     total = torch.zeros((), device=config.device)
-    size = config.micro_batch_size
-    for start in range(0, config.batch_size, size):
+    size = config.batch_size // (config.grad_accum * processes.world_size)
+    starts = range(0, len(inputs), size)
+    for start in starts:
         x = inputs[start : start + size].to(config.device)
         y = labels[start : start + size].to(config.device)
-        with autocast(config):
-            per_token = model(x, labels=y)
-        loss = per_token.sum() / max(scored, 1)
-        loss.backward()
+        last = start == starts[-1]
+        # Gradients are all-reduced (DDP) or reduce-scattered (FSDP) only after the last micro-batch.
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+            model.set_requires_gradient_sync(last)
+        sync = model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
+        with sync:
+            with autocast(config):
+                per_token = model(x, labels=y)
+            loss = per_token.sum() / max(scored, 1)
+            (loss * processes.world_size).backward()
         total += loss.detach()
     return total
 
@@ -144,32 +165,65 @@ def _load_latest(run_dir: Path, checkpoint: Path, device: str):
         ) from None
 
 
-def _restore(run_dir: Path, config: TrainConfig, resume: bool):
-    """(model, optimizer, step, train seconds so far): fresh, or from the run's latest checkpoint."""
+def _restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, processes: Processes, fsdp: bool):
+    """(model on ``device``, sharded if ``fsdp``; optimizer; step; train seconds so far): fresh, or from the
+    run's latest checkpoint."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue or use a new directory")
-    for path in remove_interrupted_writes(run_dir):
-        print(f"removed {path}: left by an interrupted checkpoint write")
+    if processes.is_main:
+        for path in remove_interrupted_writes(run_dir):
+            print(f"removed {path}: left by an interrupted checkpoint write")
+    processes.barrier()
     torch.manual_seed(config.seed)
     if checkpoint is None:
-        if resume:
+        if resume and processes.is_main:
             print(f"--resume: no checkpoint in {run_dir}; starting from step 0")
-        model = TransformerLM(config.model).to(config.device)
+        model = TransformerLM(config.model).to(device)
+        if fsdp:
+            shard(model)
         return model, build_optimizer(model, config), 0, 0.0
-    saved_config, state, model = _load_latest(run_dir, checkpoint, config.device)
+    saved_config, state, model = _load_latest(run_dir, checkpoint, device)
     _check_resumable(checkpoint, saved_config, config, state["step"])
-    if state["step"] >= config.steps:
+    if state["step"] >= config.steps and processes.is_main:
         print(
             f"--resume: the run already finished {state['step']} steps; pass --steps N (N > {state['step']}) "
             "with --resume to train further"
         )
+    sharded = isinstance(state["optimizer"], str) and state["optimizer"] == SHARDED
+    if fsdp and not sharded:
+        raise ValueError(
+            f"--fsdp: {checkpoint} was written without --fsdp (its optimizer state is not sharded); resume it "
+            "without --fsdp, on any number of processes"
+        )
+    if fsdp:
+        shard(model)
     optimizer = build_optimizer(model, config)
-    optimizer.load_state_dict(state["optimizer"])
+    if sharded:
+        load_optimizer(model, optimizer, checkpoint)
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
-    if "cuda_rng" in state:
+    if "cuda_rng" in state and not processes.distributed:
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     return model, optimizer, state["step"], state.get("train_seconds", 0.0)
+
+
+def _seed_step(config: TrainConfig, step: int, processes: Processes) -> None:
+    """With several ranks, dropout draws from a generator seeded by (seed, step, rank): checkpoints then need
+    no per-rank RNG state, and a resumed run draws what an uninterrupted one would. One process keeps the
+    checkpointed stream (as in 0.1 and 0.2)."""
+    if processes.distributed:
+        torch.manual_seed((batch_seed(config.seed, step) * 65_537 + processes.rank) % (1 << 63))
+
+
+def _check_world_size(config: TrainConfig, processes: Processes) -> None:
+    parts = config.grad_accum * processes.world_size
+    if config.batch_size % parts:
+        raise ValueError(
+            f"batch_size = {config.batch_size}; expected a multiple of grad_accum x processes = "
+            f"{config.grad_accum} x {processes.world_size} = {parts} (every rank trains on equal micro-batches)"
+        )
 
 
 def train(
@@ -178,8 +232,12 @@ def train(
     resume: bool = False,
     progress: bool = True,
     metrics_fn: ValidationFn | None = None,
+    fsdp: bool = False,
 ) -> Path:
     """Train (or continue training) a model in ``run_dir``; returns the final checkpoint directory.
+
+    Under torchrun the model trains data-parallel (``training/distributed.py``), with DDP, or with FSDP2
+    if ``fsdp`` (``training/sharding.py``).
 
     Writes ``run_dir/train_config.json``, ``run_dir/metrics.jsonl`` (training rows every ``log_every``
     steps, ``val_*`` rows on the task's held-out sequences every ``eval_every`` steps, from ``metrics_fn``
@@ -188,39 +246,71 @@ def train(
     KeyboardInterrupt.
     """
     check_device(config.device)
+    processes = join(config.device)
+    try:
+        if fsdp and not processes.distributed:
+            raise ValueError(
+                "--fsdp shards the model over several processes; expected a launch by torchrun with "
+                "--nproc_per_node 2 or more (this process runs alone)"
+            )
+        return _train(config, processes, run_dir, resume, progress, metrics_fn, fsdp)
+    finally:
+        leave(processes)
+
+
+def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, progress: bool, metrics_fn, fsdp) -> Path:
+    _check_world_size(config, processes)
+    saved_config = config.to_dict()  # what the run records: the device as given ('cuda'), for any world size
+    config = dataclasses.replace(config, device=processes.device(config.device))
+    main = processes.is_main
     run_dir = make_directory(run_dir, "run directory")
     metrics_path = run_dir / METRICS_NAME
-    model, optimizer, start, seconds_before = _restore(run_dir, config, resume)
-    # Log rows written after the checkpoint will be produced again.
-    kept = [row for row in read_jsonl(metrics_path) if row["step"] <= start] if start else []
-    write_jsonl(metrics_path, kept)
-    atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    model, optimizer, start, seconds_before = _restore(
+        run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
+    )
+    if main:
+        # Log rows written after the checkpoint will be produced again.
+        kept = [row for row in read_jsonl(metrics_path) if row["step"] <= start] if start else []
+        write_jsonl(metrics_path, kept)
+        atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(saved_config, indent=2, sort_keys=True))
     task = config.task_instance()
     validation = task.validation(config.eval_sequences, config.length, VALIDATION_SEED + config.seed)
     metrics_fn = metrics_fn or task.metrics
-    step_model = torch.compile(model) if config.compile else model
+    step_model = model
+    if processes.distributed and not fsdp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        cuda = torch.device(config.device).type == "cuda"
+        step_model = DistributedDataParallel(model, device_ids=[processes.local_rank] if cuda else None)
+    step_model = torch.compile(step_model) if config.compile else step_model
     t0 = time.perf_counter()
 
     def seconds() -> float:
         return seconds_before + time.perf_counter() - t0
 
-    def save(step: int) -> Path:
-        state = {
-            "optimizer": optimizer.state_dict(),
-            "rng": torch.get_rng_state(),
-            "step": step,
-            "train_seconds": seconds(),
-        }
+    def save(step: int) -> None:
+        """Rank 0 writes the checkpoint; with FSDP every rank takes part (gathering weights, writing shards)."""
+        state = {"rng": torch.get_rng_state(), "step": step, "train_seconds": seconds()}
         if torch.device(config.device).type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
-        return save_checkpoint(run_dir, step, model, config.to_dict(), state)
+        if not fsdp:
+            if main:
+                save_checkpoint(run_dir, step, model, saved_config, {**state, "optimizer": optimizer.state_dict()})
+            return
+        weights = full_weights(model)
+        folder = processes.broadcast(new_checkpoint_folder(run_dir, step) if main else None)
+        save_optimizer(model, optimizer, folder)
+        processes.barrier()
+        if main:
+            state["optimizer"] = SHARDED
+            save_checkpoint(run_dir, step, model, saved_config, state, weights=weights, tmp=folder)
 
     model.train()
     step = last_saved = start
     bar = tqdm(
         total=config.steps,
         initial=start,
-        disable=not progress,
+        disable=not (progress and main),
         desc=f"{config.model.attention} {run_dir.name}",
         leave=False,
     )
@@ -233,26 +323,37 @@ def train(
                     group["lr"] = lr
                 inputs, labels = inputs_and_labels(training_batch(task, config, step))
                 optimizer.zero_grad(set_to_none=True)
-                loss = accumulate_gradients(step_model, config, inputs, labels)
+                _seed_step(config, step, processes)
+                loss = accumulate_gradients(step_model, config, inputs, labels, processes)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 step += 1
                 bar.update(1)
                 if step % config.log_every == 0 or step == config.steps:
-                    row = {"step": step, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item()}
-                    append_jsonl(metrics_path, {**row, "elapsed_s": seconds()})
-                    bar.set_postfix(loss=f"{row['loss']:.4f}")
-                if config.eval_every and (step % config.eval_every == 0 or step == config.steps):
+                    loss = processes.sum(loss)  # every rank reaches this line at the same steps
+                    if main:
+                        norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP
+                        row = {"step": step, "loss": loss.item(), "lr": lr, "grad_norm": norm.item()}
+                        append_jsonl(metrics_path, {**row, "elapsed_s": seconds()})
+                        bar.set_postfix(loss=f"{row['loss']:.4f}")
+                # A sharded model's forward needs every rank; otherwise rank 0 validates alone.
+                validates = main or fsdp
+                if validates and config.eval_every and (step % config.eval_every == 0 or step == config.steps):
                     val = validate(model, config, validation, metrics_fn)
-                    append_jsonl(metrics_path, {"step": step, **{f"val_{k}": v for k, v in val.items()}})
+                    if main:
+                        append_jsonl(metrics_path, {"step": step, **{f"val_{k}": v for k, v in val.items()}})
                 if step % config.checkpoint_every == 0 or step == config.steps:
                     save(step)
                     last_saved = step
-                if interrupt.requested:
+                # Every rank stops after the same step, whichever of them saw the interrupt.
+                if processes.any(interrupt.requested, config.device):
                     if step != last_saved:
                         save(step)
-                    print(f"\ninterrupted after step {step}: saved a checkpoint; continue with --resume")
+                    processes.barrier()
+                    if main:
+                        print(f"\ninterrupted after step {step}: saved a checkpoint; continue with --resume")
                     raise KeyboardInterrupt
     finally:
         bar.close()
+    processes.barrier()  # the last checkpoint is on disk before any rank returns it
     return latest_checkpoint(run_dir)

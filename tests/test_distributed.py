@@ -1,0 +1,127 @@
+"""Data-parallel training under torchrun on CPU (gloo), DDP and FSDP2: several processes reach the weights
+of one process with the same global batch (to 1e-6: only the order of fp32 gradient sums differs), a run
+whose rank is killed resumes to the uninterrupted result, and runs resume on another number of processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tra_attn import TransformerLM
+from tra_attn.training.checkpoint import resolve_checkpoint
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+
+MODEL = ["--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--no-progress"]
+RUN = ["--task", "flipflop", "--length", "32", "--batch-size", "8", "--eval-sequences", "16", *MODEL]
+
+
+def command(out: Path, processes: int, *flags: str) -> list[str]:
+    train = ["-m", "tra_attn", "train", "--out", str(out), *RUN, *flags]
+    if processes == 1:
+        return [sys.executable, *train]
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    return [sys.executable, *launcher, *train]
+
+
+def launch(out: Path, processes: int, *flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command(out, processes, *flags), capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return TransformerLM.from_pretrained(resolve_checkpoint(run)).state_dict()
+
+
+def children(pid: int) -> list[int]:
+    """Child processes of ``pid`` (Linux /proc)."""
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def max_difference(a: dict, b: dict) -> float:
+    return max((a[name] - b[name]).abs().max().item() for name in a)
+
+
+@pytest.mark.parametrize("grad_accum", ["1", "2"])
+def test_two_processes_reach_the_weights_of_one(tmp_path, grad_accum):
+    flags = ["--steps", "6", "--eval-every", "3", "--checkpoint-every", "3", "--grad-accum", grad_accum]
+    launch(tmp_path / "one", 1, *flags)
+    two = launch(tmp_path / "two", 2, *flags)
+    assert two.stdout.count("trained tra") == 1  # rank 0 alone reports, logs and saves
+    # The same global batch and loss; only the order of fp32 gradient sums differs.
+    assert max_difference(weights(tmp_path / "one"), weights(tmp_path / "two")) < 1e-6
+    rows = [line for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines() if "val_" in line]
+    assert len(rows) == 2
+
+
+def test_a_killed_rank_resumes_to_the_uninterrupted_weights(tmp_path):
+    flags = ["--steps", "150", "--eval-every", "0", "--checkpoint-every", "10", "--dropout", "0.1"]
+    launch(tmp_path / "straight", 2, *flags)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.Popen(
+        command(tmp_path / "killed", 2, *flags), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    first = tmp_path / "killed" / "checkpoints" / "step_0000010"
+    deadline = time.time() + 120
+    while not first.is_dir() and time.time() < deadline and run.poll() is None:
+        time.sleep(0.02)
+    workers = [pid for pid in children(run.pid) if b"tra_attn" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert workers, "torchrun started no workers"
+    os.kill(workers[-1], signal.SIGKILL)  # one rank dies mid-run; torchrun stops the other
+    run.communicate(timeout=120)
+    assert run.returncode != 0
+    killed_at = resolve_checkpoint(tmp_path / "killed").name
+    assert killed_at != "step_0000150", "the run finished before a rank was killed"
+    launch(tmp_path / "killed", 2, *flags, "--resume")
+    # Same processes: bit-identical (dropout is seeded by seed, step and rank; no RNG state is lost).
+    assert max_difference(weights(tmp_path / "straight"), weights(tmp_path / "killed")) == 0
+
+
+def test_a_two_process_run_resumes_on_one_process(tmp_path):
+    flags = ["--steps", "6", "--eval-every", "0", "--checkpoint-every", "3"]
+    launch(tmp_path / "one", 1, *flags)
+    launch(tmp_path / "moved", 2, *flags)
+    remove_checkpoint(tmp_path / "moved", 6)
+    launch(tmp_path / "moved", 1, *flags, "--resume")  # the global batch, not the process count, is the config
+    assert max_difference(weights(tmp_path / "one"), weights(tmp_path / "moved")) < 1e-6
+
+
+def remove_checkpoint(run: Path, step: int) -> None:
+    shutil.rmtree(run / "checkpoints" / f"step_{step:07d}")
+
+
+def test_fsdp_matches_one_process_and_resumes_on_any_number_of_processes(tmp_path):
+    flags = ["--steps", "6", "--batch-size", "12", "--eval-every", "3", "--checkpoint-every", "3"]
+    launch(tmp_path / "one", 1, *flags)
+    launch(tmp_path / "fsdp", 2, *flags, "--fsdp")
+    checkpoint = tmp_path / "fsdp" / "checkpoints" / "step_0000006"
+    assert (checkpoint / "optimizer" / ".metadata").is_file()  # torch.distributed.checkpoint, one shard per rank
+    assert sorted(p.name for p in (checkpoint / "optimizer").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    one = weights(tmp_path / "one")
+    assert max_difference(one, weights(tmp_path / "fsdp")) < 1e-6
+    for processes, extra in ((3, ["--fsdp"]), (1, [])):  # resharded by torch.distributed.checkpoint
+        moved = tmp_path / f"on{processes}"
+        shutil.copytree(tmp_path / "fsdp", moved)
+        remove_checkpoint(moved, 6)
+        launch(moved, processes, *flags, *extra, "--resume")
+        assert max_difference(one, weights(moved)) < 1e-6
+
+
+def test_fsdp_errors_name_what_to_do(tmp_path):
+    flags = ["--steps", "2", "--eval-every", "0", "--checkpoint-every", "1"]
+    alone = subprocess.run(command(tmp_path / "alone", 1, *flags, "--fsdp"), capture_output=True, text=True)
+    assert alone.returncode == 2 and "expected a launch by torchrun with --nproc_per_node 2 or more" in alone.stderr
+    launch(tmp_path / "ddp", 2, *flags)
+    remove_checkpoint(tmp_path / "ddp", 2)
+    mixed = subprocess.run(command(tmp_path / "ddp", 2, *flags, "--fsdp", "--resume"), capture_output=True, text=True)
+    assert mixed.returncode != 0 and "was written without --fsdp" in mixed.stderr
