@@ -1,12 +1,15 @@
 """Training throughput of a language model: TRA against NoPE (PyTorch SDPA), same size, same run.
 
-    python benchmarks/lm_throughput.py [--length 512] [--steps 30] [--repeats 3] [--out results/lm_throughput_cpu.md]
+    python benchmarks/lm_throughput.py [--lengths 512] [--steps 30] [--repeats 3] [--out results/lm_throughput_cpu.md]
+    python benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 8192 \\
+        --model 768 12 12 --tokens-per-step 65536 --steps 20 --repeats 1 --out OUT/lm_throughput_gpu.md
 
-Each measurement is a fresh ``python -m tra_attn.cli train --task lm`` process on the CPU language-model
-preset's model (byte-level Austen; 4 layers, d_model 128, 4 heads) at context ``--length`` with the
-preset's 4,096 tokens per step. Tokens/s comes from the run's metrics.jsonl (``elapsed_s`` at the last
-step: training only, no start-up, no validation). Runs of the methods alternate, and so does which goes
-first, so that machine noise hits all of them alike; run it on an otherwise idle machine.
+Each measurement is a fresh ``python -m tra_attn.cli train --task lm`` process (byte-level Austen; by
+default the CPU language-model preset's model, 4 layers, d_model 128, 4 heads, and its 4,096 tokens per
+step), at each context length with ``tokens-per-step / length`` sequences per step. Tokens/s comes from
+the run's metrics.jsonl (``elapsed_s`` at the last step: training only, no start-up, no validation), and
+on CUDA the peak allocated memory too. Runs of the methods alternate, and so does which goes first, so
+that machine noise hits all of them alike; run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -29,37 +32,39 @@ sys.path.insert(0, str(ROOT / "src"))
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
 
-MODEL = {"d_model": 128, "n_layers": 4, "n_heads": 4, "block_style": "prenorm", "dropout": 0.0, "vocab_size": 256}
-TOKENS_PER_STEP = 32 * 128  # the CPU preset's batch
 
-
-def config(attention: str, length: int, steps: int) -> dict:
-    if TOKENS_PER_STEP % length:
-        raise SystemExit(f"--length = {length}; expected a divisor of {TOKENS_PER_STEP}")
+def config(args, attention: str, length: int) -> dict:
+    d_model, n_layers, n_heads = args.model
+    model = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "vocab_size": 256, "dropout": 0.0}
     return {
         "task": "lm",
         "task_args": {"corpus": "austen", "tokenizer": "byte"},
-        "model": {**MODEL, "attention": attention, "cope_max_pos": length},
+        "model": {**model, "block_style": "prenorm", "attention": attention, "cope_max_pos": length},
         "length": length,
-        "batch_size": TOKENS_PER_STEP // length,
-        "steps": steps,
+        "batch_size": args.tokens_per_step // length,
+        "steps": args.steps,
         "warmup_steps": 5,
         "lr": 1e-3,
         "eval_every": 0,
-        "log_every": steps,
-        "checkpoint_every": steps,
+        "log_every": args.steps,
+        "checkpoint_every": args.steps,
+        "device": args.device,
+        "precision": args.precision,
+        "compile": args.compile,
     }
 
 
-def tokens_per_second(attention: str, length: int, steps: int) -> float:
+def measure(args, attention: str, length: int) -> tuple[float, float | None]:
+    """(tokens/s, peak MB on CUDA or None) of one fresh training process."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.json"
-        path.write_text(json.dumps(config(attention, length, steps)))
+        path.write_text(json.dumps(config(args, attention, length)))
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         command = [sys.executable, "-m", "tra_attn.cli", "train", "--config", str(path), "--out", f"{tmp}/run"]
         subprocess.run([*command, "--no-progress"], env=env, check=True, capture_output=True)
         rows = [json.loads(line) for line in Path(f"{tmp}/run/metrics.jsonl").read_text().splitlines()]
-        return steps * TOKENS_PER_STEP / rows[-1]["elapsed_s"]
+        tokens = args.steps * (args.tokens_per_step // length) * length
+        return tokens / rows[-1]["elapsed_s"], rows[-1].get("peak_memory_mb")
 
 
 def main() -> None:
@@ -67,45 +72,60 @@ def main() -> None:
     parser.add_argument(
         "--methods", nargs="+", default=["nope", "tra"], help="kinds; the first is the baseline (default: nope tra)"
     )
-    parser.add_argument("--length", type=int, default=512, help="context length (default: 512)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512], help="context lengths (default: 512)")
+    parser.add_argument("--tokens-per-step", type=int, default=32 * 128, help="tokens per step (default: 4096)")
+    parser.add_argument(
+        "--model",
+        type=int,
+        nargs=3,
+        default=[128, 4, 4],
+        metavar=("D_MODEL", "N_LAYERS", "N_HEADS"),
+        help="model size (default: 128 4 4, the CPU language-model preset)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per run (default: 30)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per method (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per method and length (default: 3)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--precision", default="fp32", help="fp32 or bf16 (default: fp32)")
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile (default: eager)")
     parser.add_argument("--out", type=Path, help="write a Markdown table here (default: print only)")
     args = parser.parse_args()
-    speeds: dict[str, list[float]] = {m: [] for m in args.methods}
-    for repeat in range(args.repeats):
-        order = args.methods if repeat % 2 == 0 else args.methods[::-1]
-        for method in order:
-            speeds[method].append(tokens_per_second(method, args.length, args.steps))
-            print(f"{method} repeat {repeat}: {speeds[method][-1]:.0f} tokens/s", flush=True)
-    baseline = statistics.median(speeds[args.methods[0]])
-    command = "python benchmarks/lm_throughput.py " + " ".join(
-        [
-            f"--methods {' '.join(args.methods)}",
-            f"--length {args.length}",
-            f"--steps {args.steps}",
-            f"--repeats {args.repeats}",
-        ]
-        + ([f"--out {args.out}"] if args.out else [])
-    )
+    for length in args.lengths:
+        if length <= 0 or args.tokens_per_step % length:
+            raise SystemExit(
+                f"--lengths: {length}; expected positive divisors of --tokens-per-step {args.tokens_per_step}"
+            )
+    results: dict[tuple[str, int], list[tuple[float, float | None]]] = {}
+    for length in args.lengths:
+        for repeat in range(args.repeats):
+            for method in args.methods if repeat % 2 == 0 else args.methods[::-1]:
+                results.setdefault((method, length), []).append(measure(args, method, length))
+                print(
+                    f"L={length} {method} repeat {repeat}: {results[(method, length)][-1][0]:.0f} tokens/s", flush=True
+                )
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
     lines = [
-        f"# Language-model training throughput at L={args.length} (CPU)",
+        f"# Language-model training throughput ({args.device}, {args.precision})",
         "",
-        f"Command: `{command}`  ",
-        f"Code: commit {git_commit()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{platform.processor() or platform.machine()}",
+        f"Command: `python {' '.join(['benchmarks/lm_throughput.py', *sys.argv[1:]])}`  ",
+        f"Code: commit {git_commit()}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {device}",
         "",
-        f"Model: byte-level, 4 layers, d_model 128, 4 heads, {TOKENS_PER_STEP // args.length} x {args.length} tokens "
-        f"per step; {args.steps} training steps per run (fwd + bwd + AdamW), {args.repeats} runs per method, "
-        "interleaved. Tokens/s: median over runs.",
+        f"Model: byte-level, d_model {args.model[0]}, {args.model[1]} layers, {args.model[2]} heads; "
+        f"{args.tokens_per_step:,} tokens per step; {args.steps} training steps per run (fwd + bwd + AdamW"
+        f"{', torch.compile' if args.compile else ''}), {args.repeats} run(s) per method and length, interleaved. "
+        "Tokens/s: median over runs.",
         "",
-        f"| method | tokens/s (median) | runs | vs {args.methods[0]} |",
-        "|---|---|---|---|",
+        f"| length | method | tokens/s (median) | runs | vs {args.methods[0]} | peak memory (MB) |",
+        "|---|---|---|---|---|---|",
     ]
-    for method in args.methods:
-        median = statistics.median(speeds[method])
-        runs = ", ".join(f"{s:.0f}" for s in speeds[method])
-        lines.append(f"| {method} | {median:.0f} | {runs} | {median / baseline:.2f}x |")
+    for length in args.lengths:
+        baseline = statistics.median(s for s, _ in results[(args.methods[0], length)])
+        for method in args.methods:
+            speeds = [s for s, _ in results[(method, length)]]
+            memory = [m for _, m in results[(method, length)] if m is not None]
+            median = statistics.median(speeds)
+            cells = [str(length), method, f"{median:.0f}", ", ".join(f"{s:.0f}" for s in speeds)]
+            cells += [f"{median / baseline:.2f}x", f"{max(memory):.0f}" if memory else "n/a"]
+            lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -334,6 +334,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                     if main:
                         norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP
                         row = {"step": step, "loss": loss.item(), "lr": lr, "grad_norm": norm.item()}
+                        if torch.device(config.device).type == "cuda":  # allocator statistics: no device sync
+                            row["peak_memory_mb"] = torch.cuda.max_memory_allocated(config.device) / 2**20
                         append_jsonl(metrics_path, {**row, "elapsed_s": seconds()})
                         bar.set_postfix(loss=f"{row['loss']:.4f}")
                 # A sharded model's forward needs every rank; otherwise rank 0 validates alone.
