@@ -68,7 +68,7 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),
     (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
-    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version3.json"], r"version = 3; expected 1 or 2"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version3.json"], r"version = 3; expected a version from 1 to 2"),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],
         r"ModelConfig: got list in --config; expected a JSON",

@@ -83,6 +83,36 @@ def test_gate_bias_init_sets_gate_biases():
     assert all((b.attn.fgate_proj.bias == -1.0).all() for b in fox.blocks)
 
 
+TRA_KINDS = [k for k in KINDS if k.startswith("tra")]
+
+
+@pytest.mark.parametrize("kind", TRA_KINDS)
+def test_learned_temperature_starts_as_plain_tra_and_learns(kind):
+    torch.manual_seed(4)
+    plain = TransformerLM(tiny_config(kind)).double()
+    tempered = TransformerLM(tiny_config(kind, tra_learned_temperature=True)).double()
+    missing, unexpected = tempered.load_state_dict(plain.state_dict(), strict=False)
+    assert unexpected == [] and missing == [f"blocks.{i}.attn.log_temperature" for i in range(2)]
+    ids = torch.randint(0, 13, (2, 17))
+    assert torch.equal(tempered(ids), plain(ids))  # t_h = exp(0) = 1 at initialisation
+    loss = tempered(ids[:, :-1], labels=ids[:, 1:]).mean()
+    loss.backward()
+    assert all(b.attn.log_temperature.grad.abs().sum() > 0 for b in tempered.blocks)
+    with torch.no_grad():
+        for b in tempered.blocks:
+            b.attn.log_temperature.fill_(1.5)
+    cache = tempered.new_cache()
+    parts = [tempered(ids[:, a:b], cache=cache) for a, b in ((0, 5), (5, 17))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), tempered(ids), atol=1e-10, rtol=1e-10)
+    assert not torch.allclose(tempered(ids), plain(ids))
+
+
+def test_version_2_model_configs_load_without_a_temperature():
+    data = {**tiny_config("tra").to_dict(), "version": 2}
+    del data["tra_learned_temperature"]
+    assert ModelConfig.from_dict(data).tra_learned_temperature is False
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_prefill_in_chunks_through_the_cache_equals_full_forward(kind):
     torch.manual_seed(2)

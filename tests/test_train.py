@@ -207,7 +207,7 @@ def test_train_config_round_trips_through_json_and_is_strict():
     with pytest.raises(ValueError, match=r"missing fields \['lr'\]"):
         TrainConfig.from_dict(without_lr)
     assert TrainConfig.from_dict(without_lr, partial=True).lr == 1e-3
-    with pytest.raises(ValueError, match=r"version = 3; expected 1 or 2"):
+    with pytest.raises(ValueError, match=r"version = 3; expected a version from 1 to 2"):
         TrainConfig.from_dict({**data, "version": 3})
 
 

@@ -8,6 +8,11 @@
 
 The authors' reference semantics; no other positional encoding. The normalisation bounds
 |s_ij| <= sqrt(D), which makes the threshold meaningful. The cache holds normalised keys.
+
+Option ``tra_learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
+head, initialised to 1 (so a new model computes exactly the above). It lifts the bound to t_h sqrt(D),
+letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
+set does not depend on t_h (t_h s > 0 iff s > 0); with another threshold, keys are kept iff t_h s > it.
 """
 
 from __future__ import annotations
@@ -33,17 +38,27 @@ class TRAAttention(Attention):
         self.impl = config.tra_impl
         if self.has_gate:
             self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
+        self.log_temperature = nn.Parameter(torch.zeros(config.n_heads)) if config.tra_learned_temperature else None
 
     def post_init(self, config):
         if self.has_gate:
             nn.init.constant_(self.gate_proj.bias, config.gate_bias_init)
+        if self.log_temperature is not None:
+            nn.init.zeros_(self.log_temperature)
+
+    def normalize(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RMS-normalised q (times the learned temperature, if any) and k, per head."""
+        q, k = rms_normalize(q, self.eps), rms_normalize(k, self.eps)
+        if self.log_temperature is not None:
+            q = q * self.log_temperature.exp().to(q.dtype)[:, None, None]
+        return q, k
 
     def log_gate(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, S) log forget gate, in fp32."""
         return F.logsigmoid(self.gate_proj(x).float()).transpose(1, 2)
 
     def attend(self, x, q, k, v, cache):
-        q, k = rms_normalize(q, self.eps), rms_normalize(k, self.eps)
+        q, k = self.normalize(q, k)
         k, v, _ = self.with_cache(cache, k, v)
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(

@@ -12,13 +12,12 @@ from __future__ import annotations
 import torch
 
 from ..ops.tra.key_gate import tra_key_gate_naive
-from .norms import rms_normalize
 from .tra import TRAAttention
 
 
 class TRAKeyGateAttention(TRAAttention):
     def attend(self, x, q, k, v, cache):
-        q, k = rms_normalize(q, self.eps), rms_normalize(k, self.eps)
+        q, k = self.normalize(q, k)
         k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
         scale = self.head_dim**-0.5
         return tra_key_gate_naive(q, k, v, extras["log_gate"], scale, self.threshold)

@@ -9,17 +9,20 @@ from dataclasses import dataclass, field
 
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 2
+VERSION = 3
 
 
 def migrate(data: dict) -> dict:
     """A config dict of any earlier version as a version-``VERSION`` dict (without the version key).
 
     Version 1 (0.1, no "version" key) had no ``tokenizer``: those models read task vocabularies (None).
+    Version 2 (0.2) had no ``tra_learned_temperature``: its TRA scores were never rescaled (False).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
         data.setdefault("tokenizer", None)
+    if version <= 2:
+        data.setdefault("tra_learned_temperature", False)
     return data
 
 
@@ -46,6 +49,10 @@ class ModelConfig:
     gate_bias_init: float = field(default=0.0, metadata={"help": "initial bias of the TRA / FoX forget gates"})
     tra_threshold: float = field(default=0.0, metadata={"help": "TRA keeps key j iff its score exceeds this"})
     tra_impl: str = field(default="auto", metadata={"help": "TRA op implementation: auto, naive, chunked, triton"})
+    tra_learned_temperature: bool = field(
+        default=False,
+        metadata={"help": "TRA kinds: a learned per-head factor on the scores, initialised to 1 (exact TRA)"},
+    )
     rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
     cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
     tokenizer: dict | None = field(

@@ -27,5 +27,7 @@ def split_version(name: str, data, current: int) -> tuple[dict, int]:
     data = dict(data)
     version = data.pop("version", 1)
     if version not in range(1, current + 1):
-        raise ValueError(f"{name}: version = {version!r}; expected 1 or {current} (newer files need a newer tra)")
+        raise ValueError(
+            f"{name}: version = {version!r}; expected a version from 1 to {current} (newer files need a newer tra)"
+        )
     return data, version
