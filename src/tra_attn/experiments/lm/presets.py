@@ -46,6 +46,9 @@ PRESETS = {
         ),
         seeds=(0, 1),
         eval_tokens=1 << 16,
+        # Chosen on validation bits per byte by the sweep
+        # `tra lm compare --preset cpu --lrs 3e-4 1e-3 3e-3 1e-2 --seeds 0 --out results/lm_austen`.
+        lrs={"tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3},
         description="byte-level Austen; 4 layers, d_model 128, 4 heads; 600 steps of 32 x 128 tokens; "
         "evaluated on 65,536 Persuasion bytes at 1x-16x",
     ),
