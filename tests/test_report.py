@@ -93,3 +93,21 @@ def test_the_committed_cpu_results_rebuild_into_the_committed_page(tmp_path):
         if old.startswith(("Regenerate this page", "![accuracy")):
             continue  # they name the output paths
         assert new == old
+
+
+def test_the_committed_language_model_results_rebuild_into_the_committed_page(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from tra_attn.experiments.lm.report import write_report
+
+    results = Path(__file__).parents[1] / "results"
+    shutil.copytree(results / "lm_austen", tmp_path / "lm_austen")
+    page = write_report(tmp_path / "lm_austen", notes=results / "lm_austen_notes.md", markdown=tmp_path / "p.md")
+    committed = (results / "lm_austen.md").read_text().splitlines()
+    rebuilt = page.read_text().splitlines()
+    assert len(rebuilt) == len(committed)
+    for old, new in zip(committed, rebuilt):
+        if old.startswith(("Regenerate this page", "![bits per byte")):
+            continue  # they name the output paths
+        assert new == old
