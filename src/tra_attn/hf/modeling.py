@@ -44,7 +44,6 @@ class TRAPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["Block"]
-    _supports_sdpa = True
 
     @torch.no_grad()
     def _init_weights(self, module) -> None:
