@@ -1,5 +1,7 @@
 """Report tables from hand-made result rows: columns, mean ± std over seeds, median time, unfit flags."""
 
+import pytest
+
 from tra_attn.experiments.flipflop.report import flipflop_columns, markdown_table, unfit_methods
 
 
@@ -76,38 +78,25 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
     assert select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
 
 
-def test_the_committed_cpu_results_rebuild_into_the_committed_page(tmp_path):
-    """Rows written by 0.1 (version-1 configs, read_acc/reads) still load and give the same page."""
+@pytest.mark.parametrize(
+    "name, experiment, image",
+    [("flipflop_cpu", "flipflop", "![accuracy"), ("lm_austen", "lm", "![bits per byte")],
+)
+def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, experiment, image):
+    """The committed rows give the committed page line for line (flip-flop's rows were written by 0.1:
+    version-1 configs, read_acc/reads)."""
+    import importlib
     import shutil
     from pathlib import Path
 
-    from tra_attn.experiments.flipflop.report import write_report
-
+    write_report = importlib.import_module(f"tra_attn.experiments.{experiment}.report").write_report
     results = Path(__file__).parents[1] / "results"
-    shutil.copytree(results / "flipflop_cpu", tmp_path / "flipflop_cpu")
-    page = write_report(tmp_path / "flipflop_cpu", notes=results / "flipflop_cpu_notes.md", markdown=tmp_path / "p.md")
-    committed = (results / "flipflop_cpu.md").read_text().splitlines()
+    shutil.copytree(results / name, tmp_path / name)
+    page = write_report(tmp_path / name, notes=results / f"{name}_notes.md", markdown=tmp_path / "p.md")
+    committed = (results / f"{name}.md").read_text().splitlines()
     rebuilt = page.read_text().splitlines()
     assert len(rebuilt) == len(committed)
     for old, new in zip(committed, rebuilt):
-        if old.startswith(("Regenerate this page", "![accuracy")):
-            continue  # they name the output paths
-        assert new == old
-
-
-def test_the_committed_language_model_results_rebuild_into_the_committed_page(tmp_path):
-    import shutil
-    from pathlib import Path
-
-    from tra_attn.experiments.lm.report import write_report
-
-    results = Path(__file__).parents[1] / "results"
-    shutil.copytree(results / "lm_austen", tmp_path / "lm_austen")
-    page = write_report(tmp_path / "lm_austen", notes=results / "lm_austen_notes.md", markdown=tmp_path / "p.md")
-    committed = (results / "lm_austen.md").read_text().splitlines()
-    rebuilt = page.read_text().splitlines()
-    assert len(rebuilt) == len(committed)
-    for old, new in zip(committed, rebuilt):
-        if old.startswith(("Regenerate this page", "![bits per byte")):
+        if old.startswith(("Regenerate this page", image)):
             continue  # they name the output paths
         assert new == old

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..layers import ATTENTION_KINDS
-from ..utils.atomic import atomic_write_text
+from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import write_jsonl
+from ..utils.provenance import git_commit
 
 
 def check_methods(methods) -> list[str]:
@@ -35,6 +38,34 @@ def check_run_arguments(seeds: list[int], steps: int | None, lrs: list[float] | 
         raise ValueError(f"--lrs = {lrs}; expected finite positive learning rates")
 
 
+def plan_comparison(
+    experiment: str, presets: dict, preset_name: str, methods, default_methods, seeds, steps, lrs, out
+) -> tuple:
+    """(preset, methods, seeds, output folder) of a comparison, every argument checked before any work.
+
+    ``methods`` default to ``default_methods``, ``seeds`` to the preset's, the folder to
+    ``runs/<experiment>_<preset>``. The code version is recorded now, before anything can change the
+    working tree.
+    """
+    if preset_name not in presets:
+        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(presets)}")
+    preset = presets[preset_name]
+    methods = check_methods(methods or default_methods)
+    seeds = list(preset.seeds if seeds is None else seeds)
+    check_run_arguments(seeds, steps, lrs)
+    out = make_directory(out or f"runs/{experiment}_{preset_name}", "--out")
+    git_commit()
+    return preset, methods, seeds, out
+
+
+def run_grid(preset, methods: list[str], lrs: list[float] | None, seeds: list[int]) -> Iterator[tuple[str, float, int]]:
+    """(method, learning rate, seed) of every run: the swept rates, or else each method's preset rate."""
+    for method in methods:
+        for lr in lrs or [preset.lr_for(method)]:
+            for seed in seeds:
+                yield method, lr, seed
+
+
 def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
     """A preset's learning rate for ``method``: its validated one, else the preset-wide one, else the
     registry default (so a newly registered kind runs with no preset change)."""
@@ -51,6 +82,20 @@ def write_selection(out: Path, rows: list[dict], selected: dict[str, float], swe
         write_jsonl(out / "sweep.jsonl", rows)
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
     atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
+
+
+def comparison_arguments(args: argparse.Namespace) -> dict:
+    """The keyword arguments of an experiment's run function from the flags of ``add_comparison_flags``."""
+    return dict(
+        methods=args.methods,
+        seeds=args.seeds,
+        steps=args.steps,
+        lrs=args.lrs,
+        out=args.out,
+        device=args.device,
+        progress=not args.no_progress,
+        command="tra " + shlex.join(args.argv),
+    )
 
 
 def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods: str, lrs: str, out: str) -> None:

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from ...utils.cli_help import HelpFormatter
-from ..runs import add_comparison_flags
+from ..runs import add_comparison_flags, comparison_arguments
 from .presets import PRESETS
 
 
 def cmd_flipflop(args) -> None:
     from .run import run_flipflop
 
-    out = run_flipflop(
-        args.preset,
-        methods=args.methods,
-        seeds=args.seeds,
-        steps=args.steps,
-        lrs=args.lrs,
-        out=args.out,
-        device=args.device,
-        progress=not args.no_progress,
-        command="tra " + shlex.join(args.argv),
-    )
+    out = run_flipflop(args.preset, **comparison_arguments(args))
     print((out / "results.md").read_text())
 
 

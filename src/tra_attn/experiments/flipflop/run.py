@@ -20,10 +20,8 @@ from ...training import TrainConfig, train
 from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
 from ...training.evaluation import evaluate_checkpoint, result_rows
 from ...training.loop import METRICS_NAME
-from ...utils.atomic import make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
-from ...utils.provenance import git_commit
-from ..runs import check_methods, check_run_arguments, run_dir, write_selection
+from ..runs import plan_comparison, run_dir, run_grid, write_selection
 from ..selection import select_lrs as select_best_lrs
 from .presets import PRESETS, TASK_ARGS, Preset
 from .rows import upgrade_rows
@@ -102,22 +100,15 @@ def run_flipflop(
     """Run (or finish) the comparison and write results.jsonl, results.md and accuracy.png to ``out``."""
     from .report import write_report
 
-    if preset_name not in PRESETS:
-        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(PRESETS)}")
-    preset = PRESETS[preset_name]
-    methods = check_methods(methods or list(ATTENTION_KINDS))
-    seeds = list(preset.seeds if seeds is None else seeds)
-    check_run_arguments(seeds, steps, lrs)
-    out = make_directory(out or f"runs/flipflop_{preset_name}", "--out")
-    git_commit()  # record the code version now, before anything can change the working tree
+    preset, methods, seeds, out = plan_comparison(
+        "flipflop", PRESETS, preset_name, methods, list(ATTENTION_KINDS), seeds, steps, lrs, out
+    )
     rows = []
-    for method in methods:
-        for lr in lrs or [preset.lr_for(method)]:
-            for seed in seeds:
-                config = run_config(preset, method, lr, seed, steps, device)
-                directory = run_dir(out, method, lr, seed)
-                print(f"[flipflop] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
-                rows += run_one(config, directory, preset.eval_sequences, progress)
+    for method, lr, seed in run_grid(preset, methods, lrs, seeds):
+        config = run_config(preset, method, lr, seed, steps, device)
+        directory = run_dir(out, method, lr, seed)
+        print(f"[flipflop] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
+        rows += run_one(config, directory, preset.eval_sequences, progress)
     selected = select_lrs(rows)
     swept = bool(lrs) and len(lrs) > 1
     write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ...utils.cli_help import HelpFormatter
-from ..runs import add_comparison_flags
+from ..runs import add_comparison_flags, comparison_arguments
 
 
 def cmd_sample(args) -> None:
@@ -53,22 +53,9 @@ def cmd_train(args) -> None:
 
 
 def cmd_compare(args) -> None:
-    import shlex
-
     from .run import run_lm
 
-    out = run_lm(
-        args.preset,
-        methods=args.methods,
-        seeds=args.seeds,
-        steps=args.steps,
-        lrs=args.lrs,
-        out=args.out,
-        device=args.device,
-        data_dir=args.data_dir,
-        progress=not args.no_progress,
-        command="tra " + shlex.join(args.argv),
-    )
+    out = run_lm(args.preset, data_dir=args.data_dir, **comparison_arguments(args))
     print((out / "results.md").read_text())
 
 

@@ -15,10 +15,8 @@ from ...training import TrainConfig, train
 from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_train_state
 from ...training.evaluation import result_rows
 from ...training.loop import METRICS_NAME
-from ...utils.atomic import make_directory
 from ...utils.jsonl import read_jsonl, write_jsonl
-from ...utils.provenance import git_commit
-from ..runs import check_methods, check_run_arguments, run_dir, write_selection
+from ..runs import plan_comparison, run_dir, run_grid, write_selection
 from ..selection import select_lrs
 from .evaluate import evaluate_lm
 from .presets import DEFAULT_METHODS, PRESETS, Preset
@@ -88,22 +86,15 @@ def run_lm(
     """Run (or finish) the comparison and write results.jsonl, results.md and the plots to ``out``."""
     from .report import write_report
 
-    if preset_name not in PRESETS:
-        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(PRESETS)}")
-    preset = PRESETS[preset_name]
-    methods = check_methods(methods or DEFAULT_METHODS)
-    seeds = list(preset.seeds if seeds is None else seeds)
-    check_run_arguments(seeds, steps, lrs)
-    out = make_directory(out or f"runs/lm_{preset_name}", "--out")
-    git_commit()
+    preset, methods, seeds, out = plan_comparison(
+        "lm", PRESETS, preset_name, methods, DEFAULT_METHODS, seeds, steps, lrs, out
+    )
     rows = []
-    for method in methods:
-        for lr in lrs or [preset.lr_for(method)]:
-            for seed in seeds:
-                config = run_config(preset, method, lr, seed, steps, device, data_dir)
-                directory = run_dir(out, method, lr, seed)
-                print(f"[lm] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
-                rows += run_one(config, directory, preset.eval_tokens, progress)
+    for method, lr, seed in run_grid(preset, methods, lrs, seeds):
+        config = run_config(preset, method, lr, seed, steps, device, data_dir)
+        directory = run_dir(out, method, lr, seed)
+        print(f"[lm] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
+        rows += run_one(config, directory, preset.eval_tokens, progress)
     selected = select_lrs(rows, SELECTION_METRIC, higher_is_better=False)
     swept = bool(lrs) and len(lrs) > 1
     write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}")
