@@ -9,6 +9,7 @@ Scores the first ``--windows`` training-length windows of the model's validation
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=16, help="validation windows to score (default: 16)")
     args = parser.parse_args()
     path = resolve_checkpoint(args.checkpoint)
-    config = TrainConfig.from_dict(__import__("json").loads((path / TRAIN_CONFIG_NAME).read_text()))
+    config = TrainConfig.from_dict(json.loads((path / TRAIN_CONFIG_NAME).read_text()))
     model = TransformerLM.from_pretrained(path).eval()
     ids = make_task(config.task, **config.task_args).validation(args.windows, config.length, 0).tokens[:, :-1]
     rows = []
