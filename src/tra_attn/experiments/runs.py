@@ -13,13 +13,14 @@ from ..layers import ATTENTION_KINDS
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import write_jsonl
 from ..utils.provenance import git_commit
+from .variants import VARIANTS, method_names, resolve_method
 
 
 def check_methods(methods) -> list[str]:
-    """``methods`` as a list, or a ValueError naming those that are not registered attention kinds."""
-    unknown = [m for m in methods if m not in ATTENTION_KINDS]
+    """``methods`` as a list, or a ValueError naming those that are neither attention kinds nor variants."""
+    unknown = [m for m in methods if m not in method_names()]
     if unknown:
-        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {list(ATTENTION_KINDS)}")
+        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {method_names()}")
     return list(methods)
 
 
@@ -68,10 +69,10 @@ def run_grid(preset, methods: list[str], lrs: list[float] | None, seeds: list[in
 
 def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
     """A preset's learning rate for ``method``: its validated one, else the preset-wide one, else the
-    registry default (so a newly registered kind runs with no preset change)."""
+    registry default of its attention kind (so a newly registered kind runs with no preset change)."""
     if method in lrs:
         return lrs[method]
-    return lr if lr is not None else ATTENTION_KINDS[method].lr
+    return lr if lr is not None else ATTENTION_KINDS[resolve_method(method).attention].lr
 
 
 def write_selection(out: Path, rows: list[dict], selected: dict[str, float], swept: bool, command: str, preset: str):
@@ -105,7 +106,12 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods
     """
     described = ", ".join(f"{name} ({p.description})" for name, p in presets.items()).replace("%", "%%")
     parser.add_argument("--preset", default="cpu", help=f"model and recipe: {described}")
-    parser.add_argument("--methods", nargs="+", help=f"attention kinds to run (default: {methods})")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/variants.py) to run "
+        f"(default: {methods})",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     parser.add_argument(

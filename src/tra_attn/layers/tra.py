@@ -30,6 +30,7 @@ class TRAAttention(Attention):
     """The canonical TRA layer: query-position gate, threshold from ModelConfig.tra_threshold."""
 
     has_gate = True
+    has_threshold = True  # a finite threshold (TrainConfig.tra_threshold_warmup can lower it in training)
 
     def __init__(self, config):
         super().__init__(config)

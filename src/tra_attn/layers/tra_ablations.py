@@ -24,6 +24,8 @@ class TRAKeyGateAttention(TRAAttention):
 
 
 class TRANoThresholdAttention(TRAAttention):
+    has_threshold = False
+
     def __init__(self, config):
         super().__init__(config)
         self.threshold = float("-inf")

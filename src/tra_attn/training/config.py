@@ -1,7 +1,8 @@
 """Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
 
-Written with ``"version": 2``. Version 1 (before 0.2.0) had flip-flop's parameters as top-level
-fields; ``from_dict`` migrates such files (see ``migrate``), so old checkpoints load and resume.
+Written with ``"version": 3``. Older files (flip-flop's parameters as top-level fields in version 1,
+no threshold warm-up before version 3) are migrated by ``from_dict`` (see ``migrate``), so old
+checkpoints load and resume.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..data import TASKS, make_task
 from ..models import ModelConfig
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 2
+VERSION = 3
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -24,6 +25,7 @@ def migrate(data: dict) -> dict:
     Version 1: the task's parameters were top-level fields; there was no ``task_args``, ``grad_accum``
     or ``compile``. Top-level fields named like the task's parameters move into ``task_args``, and the
     new fields get the values that reproduce the old behaviour (1 and false).
+    Version 2 had no ``tra_threshold_warmup``: TRA trained with its threshold from the first step (0).
     """
     data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
@@ -32,6 +34,8 @@ def migrate(data: dict) -> dict:
             data.setdefault("task_args", {name: data.pop(name) for name in parameters if name in data})
         data.setdefault("grad_accum", 1)
         data.setdefault("compile", False)
+    if version <= 2:
+        data.setdefault("tra_threshold_warmup", 0)
     return data
 
 
@@ -67,6 +71,13 @@ class TrainConfig:
     device: str = field(default="cpu", metadata=_help("cpu, cuda or cuda:N"))
     precision: str = field(default="fp32", metadata=_help("fp32, or bf16 (autocast the forward: GPU training)"))
     compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
+    tra_threshold_warmup: int = field(
+        default=0,
+        metadata=_help(
+            "TRA kinds: steps over which the training threshold rises from threshold - sqrt(head_dim) (every "
+            "key kept) to the model's threshold; validation and checkpoints always use the model's (0: off)"
+        ),
+    )
 
     def __post_init__(self):
         if isinstance(self.model, dict):  # built in Python with a dict: unset fields take their defaults
@@ -78,7 +89,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
-        for name in ("warmup_steps", "eval_every", "seed"):
+        for name in ("warmup_steps", "eval_every", "seed", "tra_threshold_warmup"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")
@@ -110,6 +121,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
         if not isinstance(self.compile, bool):
             raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
+        if self.tra_threshold_warmup and not _has_threshold(self.model.attention):
+            raise ValueError(
+                f"TrainConfig.tra_threshold_warmup = {self.tra_threshold_warmup}; expected 0 for attention = "
+                f"{self.model.attention!r}, which has no TRA threshold to warm up"
+            )
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
         if self.model.tokenizer != task.tokenizer_description():
@@ -141,6 +157,12 @@ class TrainConfig:
         if isinstance(data.get("model"), dict):
             data["model"] = ModelConfig.from_dict(data["model"], partial=partial)
         return dataclass_from_dict(cls, data, required=not partial)
+
+
+def _has_threshold(attention: str) -> bool:
+    from ..layers import ATTENTION_KINDS
+
+    return getattr(ATTENTION_KINDS[attention].cls, "has_threshold", False)
 
 
 def check_device(device) -> str:

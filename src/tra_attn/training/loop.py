@@ -39,6 +39,7 @@ from .distributed import Processes, join, leave
 from .interrupt import deferred_interrupts
 from .optim import build_optimizer, learning_rate
 from .sharding import SHARDED, full_weights, load_optimizer, save_optimizer, shard
+from .threshold_warmup import lowered_threshold
 
 ONE_PROCESS = Processes()
 VALIDATION_SEED = 1_000_000_007  # validation sequences never coincide with a training batch seed
@@ -324,7 +325,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                 inputs, labels = inputs_and_labels(training_batch(task, config, step))
                 optimizer.zero_grad(set_to_none=True)
                 _seed_step(config, step, processes)
-                loss = accumulate_gradients(step_model, config, inputs, labels, processes)
+                with lowered_threshold(model, step, config.tra_threshold_warmup):
+                    loss = accumulate_gradients(step_model, config, inputs, labels, processes)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 step += 1

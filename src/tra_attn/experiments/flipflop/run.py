@@ -23,13 +23,17 @@ from ...training.loop import METRICS_NAME
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ..runs import plan_comparison, run_dir, run_grid, write_selection
 from ..selection import select_lrs as select_best_lrs
+from ..variants import resolve_method
 from .presets import PRESETS, TASK_ARGS, Preset
 from .rows import upgrade_rows
 
 
 def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | None, device: str) -> TrainConfig:
-    model = ModelConfig(vocab_size=FlipFlop.vocab_size, attention=method, **preset.model)
-    train_args = dict(preset.train)
+    variant = resolve_method(method)
+    model = ModelConfig(
+        vocab_size=FlipFlop.vocab_size, attention=variant.attention, **{**preset.model, **variant.model}
+    )
+    train_args = {**preset.train, **variant.train}
     if steps is not None:
         train_args["steps"] = steps
         train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
@@ -38,15 +42,16 @@ def run_config(preset: Preset, method: str, lr: float, seed: int, steps: int | N
     )
 
 
-def evaluate_final_checkpoint(config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
-    """Test-split rows of a run's final checkpoint."""
+def evaluate_final_checkpoint(method: str, config: TrainConfig, directory: Path, eval_sequences: int) -> list[dict]:
+    """Test-split rows of a run's final checkpoint, named after ``method`` (a kind or a variant)."""
     checkpoint = latest_checkpoint(directory)
     rows = evaluate_checkpoint(checkpoint, sequences=eval_sequences, device=config.device)
-    return [{**r, "lr": config.lr} for r in rows]
+    return [{**r, "method": method, "lr": config.lr} for r in rows]
 
 
-def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress: bool) -> list[dict]:
-    """Train and evaluate one run, or return its saved rows if it already finished with this config."""
+def run_one(method: str, config: TrainConfig, directory: Path, eval_sequences: int, progress: bool) -> list[dict]:
+    """Train and evaluate one run of ``method``, or return its saved rows if it already finished with this
+    config."""
     rows_path = directory / "eval.jsonl"
     saved = directory / TRAIN_CONFIG_NAME
     if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
@@ -58,14 +63,14 @@ def run_one(config: TrainConfig, directory: Path, eval_sequences: int, progress:
             return rows
         # Evaluated before a test split existed: evaluate the final checkpoint again, keep the rest.
         validation = [r for r in rows if r["split"] == "validation"]
-        rows = validation + evaluate_final_checkpoint(config, directory, eval_sequences)
+        rows = validation + evaluate_final_checkpoint(method, config, directory, eval_sequences)
         write_jsonl(rows_path, rows)
         return rows
     checkpoint = train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
     _, state = load_train_state(checkpoint)
     validation = [r for r in read_jsonl(directory / METRICS_NAME) if "val_full_seq_acc" in r][-1]
-    common = {"method": config.model.attention, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
-    rows = evaluate_final_checkpoint(config, directory, eval_sequences)
+    common = {"method": method, "seed": config.seed, "config": config.to_dict(), "lr": config.lr}
+    rows = evaluate_final_checkpoint(method, config, directory, eval_sequences)
     rows += result_rows(
         {
             "full_seq_acc": validation["val_full_seq_acc"],
@@ -108,7 +113,7 @@ def run_flipflop(
         config = run_config(preset, method, lr, seed, steps, device)
         directory = run_dir(out, method, lr, seed)
         print(f"[flipflop] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
-        rows += run_one(config, directory, preset.eval_sequences, progress)
+        rows += run_one(method, config, directory, preset.eval_sequences, progress)
     selected = select_lrs(rows)
     swept = bool(lrs) and len(lrs) > 1
     write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}")

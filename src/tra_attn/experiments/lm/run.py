@@ -18,6 +18,7 @@ from ...training.loop import METRICS_NAME
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ..runs import plan_comparison, run_dir, run_grid, write_selection
 from ..selection import select_lrs
+from ..variants import resolve_method
 from .evaluate import evaluate_lm
 from .presets import DEFAULT_METHODS, PRESETS, Preset
 
@@ -27,18 +28,23 @@ SELECTION_METRIC = "bits_per_byte"
 def run_config(preset: Preset, method: str, lr: float, seed: int, steps, device: str, data_dir) -> TrainConfig:
     task_args = {**preset.task_args, **({"data_dir": str(data_dir)} if data_dir else {})}
     task = make_task("lm", **task_args)
+    variant = resolve_method(method)
     model = ModelConfig(
-        vocab_size=task.vocab_size, tokenizer=task.tokenizer_description(), attention=method, **preset.model
+        vocab_size=task.vocab_size,
+        tokenizer=task.tokenizer_description(),
+        attention=variant.attention,
+        **{**preset.model, **variant.model},
     )
-    train_args = dict(preset.train)
+    train_args = {**preset.train, **variant.train}
     if steps is not None:
         train_args["steps"] = steps
         train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
     return TrainConfig(task="lm", task_args=task_args, model=model, lr=lr, seed=seed, device=device, **train_args)
 
 
-def run_one(config: TrainConfig, directory: Path, eval_tokens: int | None, progress: bool) -> list[dict]:
-    """Train and evaluate one run, or return its saved rows if it already finished with this config."""
+def run_one(method: str, config: TrainConfig, directory: Path, eval_tokens: int | None, progress: bool) -> list[dict]:
+    """Train and evaluate one run of ``method`` (a kind or a variant), or return its saved rows if it
+    already finished with this config."""
     rows_path = directory / "eval.jsonl"
     saved = directory / TRAIN_CONFIG_NAME
     if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
@@ -62,11 +68,11 @@ def run_one(config: TrainConfig, directory: Path, eval_tokens: int | None, progr
         task="lm",
         split="validation",
         length=config.length,
-        method=config.model.attention,
+        method=method,
         seed=config.seed,
         config=config.to_dict(),
     )
-    rows = [{**r, "lr": config.lr} for r in rows]
+    rows = [{**r, "method": method, "lr": config.lr} for r in rows]
     write_jsonl(rows_path, rows)
     return rows
 
@@ -94,7 +100,7 @@ def run_lm(
         config = run_config(preset, method, lr, seed, steps, device, data_dir)
         directory = run_dir(out, method, lr, seed)
         print(f"[lm] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
-        rows += run_one(config, directory, preset.eval_tokens, progress)
+        rows += run_one(method, config, directory, preset.eval_tokens, progress)
     selected = select_lrs(rows, SELECTION_METRIC, higher_is_better=False)
     swept = bool(lrs) and len(lrs) > 1
     write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}")
