@@ -29,17 +29,21 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from tra_attn.experiments.variants import resolve_method  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
 
 
-def config(args, attention: str, length: int) -> dict:
+def config(args, method: str, length: int) -> dict:
+    """The training config of ``method``: an attention kind or a named variant (experiments/variants.py)."""
+    variant = resolve_method(method)
     d_model, n_layers, n_heads = args.model
     model = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "vocab_size": 256, "dropout": 0.0}
+    model = {**model, "block_style": "prenorm", "attention": variant.attention, "cope_max_pos": length}
     return {
         "task": "lm",
         "task_args": {"corpus": "austen", "tokenizer": "byte"},
-        "model": {**model, "block_style": "prenorm", "attention": attention, "cope_max_pos": length},
+        "model": {**model, **variant.model},
         "length": length,
         "batch_size": args.tokens_per_step // length,
         "steps": args.steps,
@@ -51,6 +55,7 @@ def config(args, attention: str, length: int) -> dict:
         "device": args.device,
         "precision": args.precision,
         "compile": args.compile,
+        **variant.train,
     }
 
 
@@ -70,7 +75,10 @@ def measure(args, attention: str, length: int) -> tuple[float, float | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--methods", nargs="+", default=["nope", "tra"], help="kinds; the first is the baseline (default: nope tra)"
+        "--methods",
+        nargs="+",
+        default=["nope", "tra"],
+        help="kinds or named variants; the first is the baseline (default: nope tra)",
     )
     parser.add_argument("--lengths", type=int, nargs="+", default=[512], help="context lengths (default: 512)")
     parser.add_argument("--tokens-per-step", type=int, default=32 * 128, help="tokens per step (default: 4096)")

@@ -1,7 +1,9 @@
 """What a trained TRA language model's attention does: per layer and head, the fraction of causal keys
-kept, the forget gate, and the largest kept score against its bound sqrt(D).
+kept, how often the previous token's key is kept, how often a query keeps no key at all, the forget gate,
+and the largest kept score against its bound sqrt(D).
 
-    python benchmarks/tra_attention_stats.py --checkpoint results/lm_austen/runs/tra/lr0.001-seed0 [--windows 16]
+    python benchmarks/tra_attention_stats.py --checkpoint results/lm_austen/runs/tra/lr0.001-seed0 \
+        [--windows 16] [--out stats.md]
 
 Scores the first ``--windows`` training-length windows of the model's validation text.
 """
@@ -22,12 +24,14 @@ from tra_attn.data import make_task  # noqa: E402
 from tra_attn.layers.tra import TRAAttention  # noqa: E402
 from tra_attn.training.checkpoint import TRAIN_CONFIG_NAME, resolve_checkpoint  # noqa: E402
 from tra_attn.training.config import TrainConfig  # noqa: E402
+from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, required=True, help="a TRA language-model run or checkpoint")
     parser.add_argument("--windows", type=int, default=16, help="validation windows to score (default: 16)")
+    parser.add_argument("--out", type=Path, help="also write the table here as Markdown (default: print only)")
     args = parser.parse_args()
     path = resolve_checkpoint(args.checkpoint)
     config = TrainConfig.from_dict(json.loads((path / TRAIN_CONFIG_NAME).read_text()))
@@ -44,6 +48,7 @@ def main() -> None:
             kept = (scores > attn.threshold) & causal
             log_gate = attn.log_gate(x)
             top = scores.masked_fill(~kept, float("-inf")).amax(-1)
+            previous = kept.diagonal(offset=-1, dim1=-2, dim2=-1)  # key i - 1 for query i
             for h in range(scores.shape[1]):
                 fraction = (kept[:, h].sum(-1) / causal.sum(-1)).mean().item()
                 finite = top[:, h][torch.isfinite(top[:, h])]
@@ -52,6 +57,8 @@ def main() -> None:
                         layer,
                         h,
                         fraction,
+                        previous[:, h].float().mean().item(),
+                        (~kept[:, h].any(-1)).float().mean().item(),
                         log_gate[:, h].mean().item(),
                         log_gate[:, h].exp().mean().item(),
                         finite.mean().item(),
@@ -66,11 +73,21 @@ def main() -> None:
         block.attn.register_forward_hook(record(i))
     with torch.no_grad():
         model(ids)
-    print(f"score bound sqrt(D) = {model.config.head_dim**0.5:.2f}; {args.windows} windows of {config.length} tokens")
-    print("| layer | head | kept fraction | mean log gate | mean gate | mean largest kept score |")
-    print("|---|---|---|---|---|---|")
-    for layer, head, fraction, log_gate, gate, top in rows:
-        print(f"| {layer} | {head} | {fraction:.3f} | {log_gate:.2f} | {gate:.3f} | {top:.2f} |")
+    lines = [
+        f"Checkpoint {path}; threshold {model.config.tra_threshold:g}; score bound sqrt(D) = "
+        f"{model.config.head_dim**0.5:.2f}; {args.windows} validation windows of {config.length} tokens",
+        "",
+        "| layer | head | kept fraction | previous key kept | queries keeping no key | mean log gate | mean gate "
+        "| mean largest kept score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for layer, head, fraction, previous, empty, log_gate, gate, top in rows:
+        cells = [f"{fraction:.3f}", f"{previous:.3f}", f"{empty:.3f}", f"{log_gate:.2f}", f"{gate:.3f}", f"{top:.2f}"]
+        lines.append(f"| {layer} | {head} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

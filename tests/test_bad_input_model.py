@@ -68,7 +68,7 @@ def test_bad_model_config(kwargs, pattern):
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 4}, r"ModelConfig: version = 4; expected a version from 1 to 3 \(newer files need a newer tra\)"),
+        ({"version": 5}, r"ModelConfig: version = 5; expected a version from 1 to 4 \(newer files need a newer tra\)"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],

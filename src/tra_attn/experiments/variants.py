@@ -26,6 +26,12 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     "tra_threshold-0.5": Variant("tra", "threshold -0.5 instead of 0", model={"tra_threshold": -0.5}),
     "tra_threshold-1": Variant("tra", "threshold -1 instead of 0", model={"tra_threshold": -1.0}),
+    "tra_dense1": Variant(
+        "tra", "the first of the 4 heads of each layer keeps every causal key", model={"tra_dense_heads": 1}
+    ),
+    "tra_dense2": Variant(
+        "tra", "the first 2 of the 4 heads of each layer keep every causal key", model={"tra_dense_heads": 2}
+    ),
     "tra_warmup": Variant(
         "tra",
         "threshold warm-up: every key kept at first, rising in 4 stages to the exact threshold 0 at step 150",

@@ -18,4 +18,4 @@ class ALiBiAttention(Attention):
 
     def attend(self, x, q, k, v, cache):
         k, v, _ = self.with_cache(cache, k, v)
-        return alibi_attention(q, k, v, self.slopes)
+        return alibi_attention(q, k, v, self.slopes, logit_dropout=self.logit_dropout())

@@ -29,6 +29,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=True)
+        self.attention_dropout = config.attention_dropout
+
+    def logit_dropout(self) -> float:
+        """Dropout probability on the pre-softmax logits: ModelConfig.attention_dropout in training, else 0."""
+        return self.attention_dropout if self.training else 0.0
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape

@@ -23,4 +23,4 @@ class CoPEAttention(Attention):
 
     def attend(self, x, q, k, v, cache):
         k, v, _ = self.with_cache(cache, k, v)
-        return cope_attention(q, k, v, self.pos_emb.to(q.dtype))
+        return cope_attention(q, k, v, self.pos_emb.to(q.dtype), logit_dropout=self.logit_dropout())

@@ -27,4 +27,4 @@ class FoXAttention(Attention):
     def attend(self, x, q, k, v, cache):
         log_fgate = F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)  # (B, H, S)
         k, v, extras = self.with_cache(cache, k, v, log_fgate=log_fgate)
-        return forgetting_attention(q, k, v, extras["log_fgate"])
+        return forgetting_attention(q, k, v, extras["log_fgate"], logit_dropout=self.logit_dropout())

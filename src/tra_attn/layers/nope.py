@@ -14,4 +14,4 @@ from .base import Attention
 class NoPEAttention(Attention):
     def attend(self, x, q, k, v, cache):
         k, v, _ = self.with_cache(cache, k, v)
-        return causal_sdpa(q, k, v)
+        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout())

@@ -26,4 +26,4 @@ class RoPEAttention(Attention):
         cos, sin = rope_angles(positions, self.head_dim, self.base)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, _ = self.with_cache(cache, k, v)
-        return causal_sdpa(q, k, v)
+        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout())

@@ -9,6 +9,10 @@
 The authors' reference semantics; no other positional encoding. The normalisation bounds
 |s_ij| <= sqrt(D), which makes the threshold meaningful. The cache holds normalised keys.
 
+Option ``tra_dense_heads = n``: the first n heads of each layer keep every causal key (threshold -inf:
+c_ij = i - j + 1, a data-dependent ALiBi), the other heads are TRA as above. Text needs some heads that
+read recent tokens whatever their content; the threshold can only keep keys by content.
+
 Option ``tra_learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
 head, initialised to 1 (so a new model computes exactly the above). It lifts the bound to t_h sqrt(D),
 letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
@@ -22,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.tra import threshold_relative_attention
+from ..ops.tra.naive import tra_naive
 from .base import Attention
 from .norms import rms_normalize
 
@@ -37,6 +42,7 @@ class TRAAttention(Attention):
         self.eps = config.norm_eps
         self.threshold = config.tra_threshold
         self.impl = config.tra_impl
+        self.dense_heads = config.tra_dense_heads
         if self.has_gate:
             self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
         self.log_temperature = nn.Parameter(torch.zeros(config.n_heads)) if config.tra_learned_temperature else None
@@ -61,7 +67,22 @@ class TRAAttention(Attention):
     def attend(self, x, q, k, v, cache):
         q, k = self.normalize(q, k)
         k, v, _ = self.with_cache(cache, k, v)
+        return self.by_heads(q, k, v, self.log_gate(x))
+
+    def by_heads(self, q, k, v, log_gate) -> torch.Tensor:
+        """``op`` on every head, with no threshold on the first ``dense_heads`` of them."""
+        n = self.dense_heads
+        if not n:
+            return self.op(q, k, v, log_gate, self.threshold)
+        # The first n heads keep every causal key; the others are exact TRA with the layer's threshold.
+        dense = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"))
+        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], self.threshold)
+        return torch.cat([dense, sparse], dim=1)
+
+    def op(self, q, k, v, log_gate, threshold: float) -> torch.Tensor:
+        """The TRA op on these heads: the materialised one when the logits are dropped (training with
+        attention_dropout), else the configured implementation."""
+        if self.logit_dropout():
+            return tra_naive(q, k, v, log_gate, self.head_dim**-0.5, threshold, self.logit_dropout())
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
-        return threshold_relative_attention(
-            q, k, v, self.log_gate(x), threshold=self.threshold, impl=self.impl, validate=False
-        )
+        return threshold_relative_attention(q, k, v, log_gate, threshold=threshold, impl=self.impl, validate=False)

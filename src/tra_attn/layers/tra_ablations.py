@@ -19,8 +19,10 @@ class TRAKeyGateAttention(TRAAttention):
     def attend(self, x, q, k, v, cache):
         q, k = self.normalize(q, k)
         k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
-        scale = self.head_dim**-0.5
-        return tra_key_gate_naive(q, k, v, extras["log_gate"], scale, self.threshold)
+        return self.by_heads(q, k, v, extras["log_gate"])
+
+    def op(self, q, k, v, key_log_gate, threshold: float) -> torch.Tensor:
+        return tra_key_gate_naive(q, k, v, key_log_gate, self.head_dim**-0.5, threshold, self.logit_dropout())
 
 
 class TRANoThresholdAttention(TRAAttention):

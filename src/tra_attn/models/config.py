@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 3
+VERSION = 4
 
 
 def migrate(data: dict) -> dict:
@@ -17,13 +17,22 @@ def migrate(data: dict) -> dict:
 
     Version 1 (0.1, no "version" key) had no ``tokenizer``: those models read task vocabularies (None).
     Version 2 (0.2) had no ``tra_learned_temperature``: its TRA scores were never rescaled (False).
+    Version 3 had no ``attention_dropout``, ``residual_dropout``, ``init_scheme`` or ``tra_dense_heads``: no
+    dropout on the logits (0), dropout on both residual branches (True), the GPT-2 style initialisation
+    ("normal") and every TRA head thresholded (0).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
         data.setdefault("tokenizer", None)
     if version <= 2:
         data.setdefault("tra_learned_temperature", False)
+    if version <= 3:
+        data.update({k: v for k, v in V4_DEFAULTS.items() if k not in data})
     return data
+
+
+V4_DEFAULTS = {"attention_dropout": 0.0, "residual_dropout": True, "init_scheme": "normal", "tra_dense_heads": 0}
+INIT_SCHEMES = ("normal", "notebook")
 
 
 @dataclass
@@ -43,15 +52,39 @@ class ModelConfig:
         default=2.0, metadata={"help": "SwiGLU hidden width / d_model (the notebook's d -> 4d split in two halves)"}
     )
     mlp_bias: bool = field(default=True, metadata={"help": "biases in the MLP projections"})
-    dropout: float = field(default=0.0, metadata={"help": "on embeddings, attention outputs and the MLP hidden layer"})
+    dropout: float = field(
+        default=0.0, metadata={"help": "on the embeddings, the MLP hidden layer and (residual_dropout) both branches"}
+    )
+    residual_dropout: bool = field(
+        default=True,
+        metadata={"help": "apply dropout to the attention and MLP outputs before they join the residual stream"},
+    )
+    attention_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "dropout on the pre-softmax attention logits (the TRA notebook's placement; training then "
+            "materialises the (S, S) logits of every kind)"
+        },
+    )
     norm_eps: float = field(default=1e-6, metadata={"help": "RMSNorm epsilon"})
     init_std: float = field(default=0.02, metadata={"help": "standard deviation of the initial weights"})
+    init_scheme: str = field(
+        default="normal",
+        metadata={
+            "help": "'normal' (N(0, init_std), GPT-2 residual scaling) or 'notebook' (the TRA authors': PyTorch "
+            "defaults, embedding U(-0.01, 0.01), head N(0, 0.02))"
+        },
+    )
     gate_bias_init: float = field(default=0.0, metadata={"help": "initial bias of the TRA / FoX forget gates"})
     tra_threshold: float = field(default=0.0, metadata={"help": "TRA keeps key j iff its score exceeds this"})
     tra_impl: str = field(default="auto", metadata={"help": "TRA op implementation: auto, naive, chunked, triton"})
     tra_learned_temperature: bool = field(
         default=False,
         metadata={"help": "TRA kinds: a learned per-head factor on the scores, initialised to 1 (exact TRA)"},
+    )
+    tra_dense_heads: int = field(
+        default=0,
+        metadata={"help": "TRA kinds: the first N heads of each layer keep every causal key (no threshold)"},
     )
     rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
     cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
@@ -79,8 +112,14 @@ class ModelConfig:
             fail("attention", f"one of {list(ATTENTION_KINDS)}")
         if self.block_style not in ("prenorm", "paper"):
             fail("block_style", "'prenorm' or 'paper'")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", "a probability in [0, 1)")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                fail(name, "a probability in [0, 1)")
+        if not isinstance(self.residual_dropout, bool):
+            fail("residual_dropout", "true or false")
+        if self.init_scheme not in INIT_SCHEMES:
+            fail("init_scheme", f"one of {INIT_SCHEMES}")
         for name in ("mlp_ratio", "norm_eps", "init_std", "rope_base"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -94,6 +133,11 @@ class ModelConfig:
             fail("gate_bias_init", "a finite number")
         if not isinstance(self.tra_threshold, (int, float)) or math.isnan(self.tra_threshold):
             fail("tra_threshold", "a number")
+        dense = self.tra_dense_heads
+        if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= self.n_heads:
+            fail("tra_dense_heads", f"an integer from 0 to n_heads = {self.n_heads}")
+        if dense and not getattr(ATTENTION_KINDS[self.attention].cls, "has_threshold", False):
+            fail("tra_dense_heads", f"0 for attention = {self.attention!r}, which has no TRA threshold")
         if self.tra_impl not in IMPLS:
             fail("tra_impl", f"one of {IMPLS}")
         if self.tokenizer is not None:

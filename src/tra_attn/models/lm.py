@@ -50,7 +50,7 @@ class Block(nn.Module):
         self.attn = ATTENTION_KINDS[config.attention].cls(config)
         self.norm2 = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.dropout if config.residual_dropout else 0.0)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         if self.style == "paper":
@@ -76,7 +76,17 @@ class TransformerLM(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """GPT-2 style: N(0, init_std) weights, zero biases, residual outputs scaled by 1/sqrt(2 N)."""
+        """``init_scheme`` "normal", GPT-2 style: N(0, init_std) weights, zero biases, residual outputs scaled
+        by 1/sqrt(2 N), then each attention layer's own ``post_init``. "notebook", the TRA authors': PyTorch's
+        default initialisation of every layer, except the embedding from U(-0.01, 0.01) and the output head
+        from N(0, 0.02)."""
+        if self.config.init_scheme == "notebook":
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    module.reset_parameters()
+            nn.init.uniform_(self.embed.weight, -0.01, 0.01)
+            nn.init.normal_(self.lm_head.weight, std=0.02)
+            return
         std = self.config.init_std
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from .causal import causal_mask, relative_distance
+from .logit_dropout import causal_dropout_attention
+from .tra.naive import compute_dtype
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -40,7 +42,10 @@ def alibi_bias(slopes: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
     return bias.masked_fill(~causal_mask(sq, sk, slopes.device), float("-inf"))
 
 
-def alibi_attention(q, k, v, slopes: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,)."""
+def alibi_attention(q, k, v, slopes: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0):
+    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout."""
+    if logit_dropout:
+        bias = alibi_bias(slopes.to(compute_dtype(q.dtype)), q.shape[-2], k.shape[-2])
+        return causal_dropout_attention(q, k, v, logit_dropout, bias, scale)
     bias = alibi_bias(slopes.to(q.dtype), q.shape[-2], k.shape[-2])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

@@ -25,8 +25,15 @@ def relative_distance(sq: int, sk: int, device=None) -> torch.Tensor:
     return query_positions(sq, sk, device)[:, None] - torch.arange(sk, device=device)[None, :]
 
 
-def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Softmax attention with the bottom-right causal mask, through PyTorch SDPA."""
+def causal_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0
+) -> torch.Tensor:
+    """Softmax attention with the bottom-right causal mask, through PyTorch SDPA (materialised when
+    ``logit_dropout`` > 0: see ops/logit_dropout.py)."""
+    if logit_dropout:
+        from .logit_dropout import causal_dropout_attention  # imports this module
+
+        return causal_dropout_attention(q, k, v, logit_dropout, scale=scale)
     sq, sk = q.shape[-2], k.shape[-2]
     if sq == sk:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)

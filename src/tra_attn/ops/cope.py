@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .causal import causal_mask
+from .logit_dropout import dropped_softmax
 
 
 def contextual_positions(gates: torch.Tensor) -> torch.Tensor:
@@ -40,13 +41,18 @@ def interpolated_position_logits(q: torch.Tensor, pos: torch.Tensor, pos_emb: to
     return table.gather(-1, index) + (pos - low) * step.gather(-1, index)
 
 
-def cope_attention(q, k, v, pos_emb: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Causal CoPE attention for q (B,H,Sq,D), k/v (B,H,Sk,D) and position table pos_emb (D, npos_max)."""
+def cope_attention(
+    q, k, v, pos_emb: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0
+) -> torch.Tensor:
+    """Causal CoPE attention for q (B,H,Sq,D), k/v (B,H,Sk,D) and position table pos_emb (D, npos_max);
+    optional dropout on the logits (ops/logit_dropout.py)."""
     sq, sk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = d**-0.5 if scale is None else scale
     visible = causal_mask(sq, sk, q.device)
     scores = (q * scale) @ k.transpose(-1, -2)
     gates = torch.sigmoid(scores) * visible
     pos = contextual_positions(gates).clamp(max=pos_emb.shape[-1] - 1)
-    logits = (scores + interpolated_position_logits(q, pos, pos_emb)).masked_fill(~visible, float("-inf"))
-    return torch.softmax(logits, dim=-1) @ v
+    logits = scores + interpolated_position_logits(q, pos, pos_emb)
+    if logit_dropout:
+        return dropped_softmax(logits, visible, logit_dropout).to(v.dtype) @ v
+    return torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1) @ v

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from .causal import causal_mask
+from .logit_dropout import causal_dropout_attention
+from .tra.naive import compute_dtype
 
 
 def forgetting_bias(log_lambda: torch.Tensor, sq: int) -> torch.Tensor:
@@ -21,12 +23,16 @@ def forgetting_bias(log_lambda: torch.Tensor, sq: int) -> torch.Tensor:
     return bias.masked_fill(~causal_mask(sq, sk, log_lambda.device), float("-inf"))
 
 
-def forgetting_attention(q, k, v, log_fgate: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+def forgetting_attention(
+    q, k, v, log_fgate: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0
+) -> torch.Tensor:
     """Causal forgetting attention; log_fgate (B, H, Sk) <= 0 holds log f for every key position.
 
-    The cumulative sum is taken in fp32 (fp64 for fp64 inputs), as the FoX kernels do.
+    The cumulative sum is taken in fp32 (fp64 for fp64 inputs), as the FoX kernels do. With
+    ``logit_dropout`` > 0 the logits are materialised and dropped (ops/logit_dropout.py).
     """
-    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    log_lambda = torch.cumsum(log_fgate.to(cdt), dim=-1)
+    log_lambda = torch.cumsum(log_fgate.to(compute_dtype(q.dtype)), dim=-1)
+    if logit_dropout:
+        return causal_dropout_attention(q, k, v, logit_dropout, forgetting_bias(log_lambda, q.shape[-2]), scale)
     bias = forgetting_bias(log_lambda, q.shape[-2]).to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

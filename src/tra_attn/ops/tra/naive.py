@@ -48,11 +48,25 @@ def tra_naive(
     log_gate: torch.Tensor,
     scale: float,
     threshold: float,
+    logit_dropout: float = 0.0,
 ) -> torch.Tensor:
-    """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md."""
+    """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md.
+
+    ``logit_dropout`` > 0 drops logits before the softmax, as the authors' notebook does in training
+    (ops/logit_dropout.py); the op contract is the p = 0 case.
+    """
     cdt = compute_dtype(q.dtype)
     qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
     scores = scale * (qc @ kc.transpose(-1, -2))
     keep, count = keep_and_count(scores, threshold)
     logits = scores + gc[..., None] * count.to(cdt)
-    return (masked_softmax(logits, keep) @ vc).to(q.dtype)
+    return (softmax_weights(logits, keep, logit_dropout) @ vc).to(q.dtype)
+
+
+def softmax_weights(logits: torch.Tensor, keep: torch.Tensor, logit_dropout: float) -> torch.Tensor:
+    """``masked_softmax``, after dropout on the logits when ``logit_dropout`` > 0."""
+    if not logit_dropout:
+        return masked_softmax(logits, keep)
+    from ..logit_dropout import dropped_softmax  # imports this module
+
+    return dropped_softmax(logits, keep, logit_dropout)

@@ -1,0 +1,41 @@
+"""Dropout on the pre-softmax attention logits: the TRA authors' placement, for every attention kind.
+
+The notebook computes logits = scores + positional term, drops each with probability p (kept ones are
+scaled by 1 / (1 - p), dropped ones become 0 and stay in the softmax), then masks and normalises.
+This needs the materialised (Sq, Sk) logits, so a kind with this dropout trains on its reference path
+(SDPA and the fused TRA kernels have no such hook); evaluation never drops anything.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .causal import causal_mask
+from .tra.naive import compute_dtype, masked_softmax
+
+
+def dropped_softmax(logits: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
+    """Softmax weights over the kept entries of ``logits`` after dropout p on the logits.
+
+    Entries outside ``keep`` are set to 0 first (a -inf bias times a dropout mask of 0 would be NaN);
+    rows with no kept entry get zero weights, as in TRA.
+    """
+    logits = F.dropout(torch.where(keep, logits, 0.0), p, training=True)
+    return masked_softmax(logits, keep)
+
+
+def causal_dropout_attention(q, k, v, p: float, bias: torch.Tensor | None = None, scale: float | None = None):
+    """Causal softmax attention (plus an additive ``bias`` such as ALiBi's or FoX's) with logit dropout p.
+
+    The materialised training path of the kinds that otherwise run on SDPA; accumulates in fp32 (fp64
+    for fp64 inputs) and returns the dtype of q.
+    """
+    cdt = compute_dtype(q.dtype)
+    sq, sk = q.shape[-2], k.shape[-2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    logits = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
+    keep = causal_mask(sq, sk, q.device)
+    if bias is not None:
+        logits = logits + torch.where(keep, bias.to(cdt), 0.0)
+    return (dropped_softmax(logits, keep, p) @ v.to(cdt)).to(q.dtype)

@@ -1,0 +1,154 @@
+"""The options that reproduce the TRA authors' notebook: dropout on the attention logits (every kind),
+residual branches without dropout, and the notebook's initialisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
+from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes
+from tra_attn.ops.causal import causal_mask, causal_sdpa
+from tra_attn.ops.cope import cope_attention
+from tra_attn.ops.fox import forgetting_attention
+from tra_attn.ops.tra.naive import tra_naive
+
+KINDS = sorted(ATTENTION_KINDS)
+P = 0.3  # large enough that every test row sees dropped logits
+
+
+def notebook_tra(q, k, v, log_gate, p):
+    """A line-by-line transcription of the notebook's TRA forward (training mode), -1e11 fills and all."""
+    n = q.shape[-2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~causal_mask(n, n), -1e11)
+    scores = F.relu(scores)
+    mask = scores == 0
+    distance = ((~mask) * log_gate[..., None]).flip(-1).cumsum(-1).flip(-1)
+    attn = F.dropout(scores + distance, p, training=True)
+    attn = attn.masked_fill(mask, -1e11)
+    attn = torch.softmax(attn, dim=-1)
+    attn = attn.masked_fill(mask.all(-1, keepdim=True), 0)
+    return attn @ v
+
+
+def inputs(seed=0, b=2, h=3, s=11, d=8):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=gen, dtype=torch.float64) for _ in range(3))
+    log_gate = F.logsigmoid(torch.randn(b, h, s, generator=gen, dtype=torch.float64))
+    return q, k, v, log_gate
+
+
+def test_tra_logit_dropout_equals_the_notebook_forward():
+    q, k, v, log_gate = inputs()
+    q[0, 0, 0] = -k[0, 0, 0]  # the first query keeps no key: a zero row
+    torch.manual_seed(5)
+    ours = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P)
+    torch.manual_seed(5)
+    theirs = notebook_tra(q, k, v, log_gate, P)
+    torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=1e-12)
+    assert ours[0, 0, 0].abs().max() == 0
+    torch.manual_seed(6)
+    assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P))
+
+
+def dropped(logits, keep, p):
+    """The notebook's recipe on given logits: dropout, -1e11 on masked entries, softmax."""
+    logits = F.dropout(logits.masked_fill(~keep, 0.0), p, training=True)
+    return torch.softmax(logits.masked_fill(~keep, -1e11), dim=-1)
+
+
+def test_baseline_logit_dropout_equals_dropout_on_their_logits():
+    q, k, v, log_gate = inputs(1)
+    s = q.shape[-2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    keep = causal_mask(s, s)
+    slopes = alibi_slopes(q.shape[1]).double()
+    cumulative = log_gate.cumsum(-1)
+    fox_bias = cumulative[..., :, None] - cumulative[..., None, :]
+    cases = {
+        "nope": (lambda: causal_sdpa(q, k, v, logit_dropout=P), scores),
+        "alibi": (lambda: alibi_attention(q, k, v, slopes, logit_dropout=P), scores + alibi_bias(slopes, s, s)),
+        "fox": (lambda: forgetting_attention(q, k, v, log_gate, logit_dropout=P), scores + fox_bias),
+    }
+    for name, (op, logits) in cases.items():
+        torch.manual_seed(3)
+        ours = op()
+        torch.manual_seed(3)
+        theirs = dropped(torch.where(keep, logits, 0.0), keep, P) @ v
+        torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=1e-12, msg=name)
+
+
+def test_cope_logit_dropout_drops_the_same_logits_as_its_exact_path_uses():
+    q, k, v, _ = inputs(2)
+    table = torch.randn(q.shape[-1], 6, dtype=torch.float64)
+    exact = cope_attention(q, k, v, table)
+    # With p -> 0 nothing is dropped (every Bernoulli draw keeps), and the scale 1 / (1 - p) -> 1.
+    torch.testing.assert_close(cope_attention(q, k, v, table, logit_dropout=1e-15), exact, atol=1e-12, rtol=1e-12)
+    torch.manual_seed(0)
+    assert not torch.allclose(cope_attention(q, k, v, table, logit_dropout=P), exact)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attention_dropout_acts_in_training_only(kind):
+    torch.manual_seed(0)
+    config = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind)
+    model = TransformerLM(ModelConfig(**config, attention_dropout=P)).double()
+    plain = TransformerLM(ModelConfig(**config)).double()
+    plain.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 13, (2, 17))
+    model.eval(), plain.eval()
+    torch.testing.assert_close(model(ids), plain(ids), atol=0, rtol=0)
+    model.train(), plain.train()
+    torch.manual_seed(1)
+    out = model(ids)
+    assert torch.isfinite(out).all() and not torch.allclose(out, plain(ids))
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_residual_dropout_off_leaves_the_embedding_and_mlp_dropout():
+    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, dropout=0.5)
+    off = TransformerLM(ModelConfig(**config, residual_dropout=False))
+    on = TransformerLM(ModelConfig(**config))
+    assert off.blocks[0].dropout.p == 0 and on.blocks[0].dropout.p == 0.5
+    assert off.dropout.p == 0.5 and off.blocks[0].mlp.dropout.p == 0.5
+
+
+def test_notebook_initialisation():
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=4, init_scheme="notebook"))
+    assert model.embed.weight.abs().max() <= 0.01 and model.embed.weight.std() > 0.005
+    assert abs(model.lm_head.weight.std().item() - 0.02) < 0.002
+    attn = model.blocks[0].attn
+    bound = 1 / math.sqrt(64)  # PyTorch's default Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    for linear in (attn.q_proj, attn.o_proj, attn.gate_proj, model.blocks[0].mlp.up):
+        assert linear.weight.abs().max() <= bound and linear.weight.std() > bound / 3
+    assert attn.gate_proj.bias.abs().max() <= bound and attn.gate_proj.bias.std() > 0  # not the constant init
+    normal = TransformerLM(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=4))
+    assert torch.all(normal.blocks[0].attn.gate_proj.bias == 0)
+
+
+@pytest.mark.parametrize(
+    "overrides,pattern",
+    [
+        ({"attention_dropout": 1.0}, r"attention_dropout = 1\.0; expected a probability in \[0, 1\)"),
+        ({"attention_dropout": -0.1}, r"attention_dropout = -0\.1; expected a probability"),
+        ({"residual_dropout": "no"}, r"residual_dropout = 'no'; expected true or false"),
+        ({"init_scheme": "xavier"}, r"init_scheme = 'xavier'; expected one of \('normal', 'notebook'\)"),
+    ],
+)
+def test_bad_notebook_options(overrides, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ModelConfig(**overrides)
+
+
+def test_version_3_model_configs_load_with_the_library_placement():
+    data = {**ModelConfig().to_dict(), "version": 3}
+    for name in ("attention_dropout", "residual_dropout", "init_scheme"):
+        del data[name]
+    loaded = ModelConfig.from_dict(data)
+    assert (loaded.attention_dropout, loaded.residual_dropout, loaded.init_scheme) == (0.0, True, "normal")
