@@ -152,3 +152,19 @@ def test_version_3_model_configs_load_with_the_library_placement():
         del data[name]
     loaded = ModelConfig.from_dict(data)
     assert (loaded.attention_dropout, loaded.residual_dropout, loaded.init_scheme) == (0.0, True, "normal")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_paper_preset_builds_the_notebook_model_for_every_kind(kind):
+    from tra_attn.experiments.flipflop.presets import PRESETS
+    from tra_attn.experiments.flipflop.run import run_config
+
+    config = run_config(PRESETS["paper"], kind, 1e-4, 0, None, "cpu")
+    model = config.model
+    assert (model.block_style, model.dropout, model.attention_dropout) == ("paper", 0.01, 0.01)
+    assert (model.residual_dropout, model.init_scheme) == (False, "notebook")
+    assert (config.steps, config.batch_size, config.length, config.grad_clip) == (25_000, 64, 512, 0.0)
+    torch.manual_seed(0)
+    lm = TransformerLM(model).train()
+    lm(torch.randint(0, model.vocab_size, (2, 40))).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in lm.parameters() if p.grad is not None)

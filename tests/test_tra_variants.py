@@ -150,6 +150,10 @@ def test_variants_resolve_to_their_kind_and_fields():
     config = run_config(PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]
     assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra")
+    assert (
+        preset_lr({"tra": 5e-3}, 1e-4, "tra_dense1") == 5e-3
+        and preset_lr({"tra_dense1": 2e-3}, None, "tra_dense1") == 2e-3
+    )
     with pytest.raises(ValueError, match=r"unknown method\(s\) \['tra_sharp'\]; expected names from \[.*tra_warmup"):
         check_methods(["tra", "tra_sharp"])
 

@@ -68,11 +68,14 @@ def run_grid(preset, methods: list[str], lrs: list[float] | None, seeds: list[in
 
 
 def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
-    """A preset's learning rate for ``method``: its validated one, else the preset-wide one, else the
-    registry default of its attention kind (so a newly registered kind runs with no preset change)."""
-    if method in lrs:
-        return lrs[method]
-    return lr if lr is not None else ATTENTION_KINDS[resolve_method(method).attention].lr
+    """A preset's learning rate for ``method``: its validated one, else (for a named variant) its kind's
+    validated one, else the preset-wide one, else the registry default of its kind (so a newly registered
+    kind runs with no preset change)."""
+    kind = resolve_method(method).attention
+    for name in (method, kind):
+        if name in lrs:
+            return lrs[name]
+    return lr if lr is not None else ATTENTION_KINDS[kind].lr
 
 
 def write_selection(out: Path, rows: list[dict], selected: dict[str, float], swept: bool, command: str, preset: str):

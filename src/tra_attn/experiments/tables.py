@@ -87,6 +87,21 @@ def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agre
     return agreed
 
 
+def variant_lines(methods) -> list[str]:
+    """A "Variants" section describing the named variants among ``methods`` (none: no lines)."""
+    from .variants import VARIANTS
+
+    named = [m for m in ordered(methods) if m in VARIANTS]
+    if not named:
+        return []
+    lines = ["## Variants", "", "| method | kind | what changes | fields |", "|---|---|---|---|"]
+    for name in named:
+        v = VARIANTS[name]
+        fields = ", ".join(f"`{k}={json.dumps(x)}`" for k, x in {**v.model, **v.train}.items())
+        lines.append(f"| {name} | {label(v.attention)} | {v.description} | {fields} |")
+    return [*lines, ""]
+
+
 def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> list[str]:
     """Validation ``metric`` per method and learning rate (mean ± std over seeds), and the selected rate."""
     by_lr = defaultdict(dict)

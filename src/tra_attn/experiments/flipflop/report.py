@@ -25,6 +25,7 @@ from ..tables import (
     read_results,
     report_command,
     sweep_table,
+    variant_lines,
 )
 from .rows import upgrade_rows
 
@@ -181,6 +182,8 @@ def write_report(
         "sweep below, never on the test splits.",
         without_sweep="Learning rates: the preset's.",
     )
+    variants = variant_lines({r["method"] for r in rows})
+    variants_note = " (and, for a named variant, the fields listed under Variants)" if variants else ""
     title = "Flip-flop language modelling: TRA, ablations and baselines"
     lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
     lines += [
@@ -191,7 +194,8 @@ def write_report(
         f"FFL({config['task_args']['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), "
         "cosine schedule "
         f"with {config['warmup_steps']} warm-up steps, gradient clipping {config['grad_clip'] or 'off'}. "
-        f"Every method shares the model, data, seeds and step budget; only the attention differs. {lr_note}",
+        f"Every method shares the model, data, seeds and step budget; only the attention differs{variants_note}. "
+        f"{lr_note}",
         "",
         "## Full-sequence accuracy (mean ± std over seeds)",
         "",
@@ -214,6 +218,7 @@ def write_report(
         ),
         f"![accuracy per split and per length]({os.path.relpath(plot, markdown.parent)})",
         "",
+        *variants,
         "## Per-read accuracy",
         "",
         *markdown_table(rows, "token_acc", with_time=False),

@@ -22,6 +22,7 @@ from ..tables import (
     read_results,
     report_command,
     sweep_table,
+    variant_lines,
 )
 from .run import SELECTION_METRIC
 
@@ -131,13 +132,16 @@ def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
         without_sweep="Warning: no learning-rate sweep was run for this page; every method used its preset "
         "rate, not one chosen on validation data, so this is not yet a fair comparison (rerun with --lrs).",
     )
+    variants = variant_lines({r["method"] for r in rows})
+    variants_note = " (and, for a named variant, the fields listed under Variants)" if variants else ""
     title = "Language modelling: bits per byte past the training length"
     lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
     lines += [
         f"Corpus {config['task_args']['corpus']}, tokenizer {config['task_args']['tokenizer']}; model "
         f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
         f"{model['n_heads']} heads; {config['steps']} steps of {config['batch_size']} x {config['length']} tokens. "
-        f"Every method shares the model, data, seeds and step budget; only the attention differs. {lr_note} "
+        f"Every method shares the model, data, seeds and step budget; only the attention differs"
+        f"{variants_note}. {lr_note} "
         "Evaluation: non-overlapping windows over the end of the validation text, the same tokens at every length.",
         "",
         "## Bits per byte (mean ± std over seeds)",
@@ -146,6 +150,7 @@ def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
         "",
         f"![bits per byte and loss against position]({os.path.relpath(image, markdown.parent)})",
         "",
+        *variants,
     ]
     if sweep:
         table = sweep_table(sweep, selected, SELECTION_METRIC)
