@@ -47,8 +47,26 @@ PRESETS = {
         seeds=(0, 1),
         eval_tokens=1 << 16,
         # Chosen on validation bits per byte by the sweep
-        # `tra lm compare --preset cpu --lrs 3e-4 1e-3 3e-3 1e-2 --seeds 0 --out results/lm_austen`.
-        lrs={"tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3},
+        # `tra lm compare --preset cpu --lrs 3e-4 1e-3 3e-3 1e-2 --seeds 0 --out results/lm_austen`; the TRA
+        # variants' by `tra lm compare --preset cpu --methods ... --lrs 1e-3 3e-3 1e-2 --seeds 0
+        # --out results/tra_on_text` (results/tra_on_text.md).
+        lrs={
+            "tra": 1e-3,
+            "nope": 1e-3,
+            "rope": 3e-3,
+            "alibi": 3e-3,
+            "fox": 3e-3,
+            "cope": 1e-3,
+            "tra_nothreshold": 3e-3,
+            "tra_threshold-0.5": 3e-3,
+            "tra_threshold-1": 1e-3,
+            "tra_dense1": 1e-3,
+            "tra_dense2": 1e-3,
+            "tra_warmup": 1e-3,
+            "tra_temperature": 1e-3,
+            "tra_gate3": 3e-3,
+            "tra_paperblock": 1e-2,
+        },
         description="byte-level Austen; 4 layers, d_model 128, 4 heads; 600 steps of 32 x 128 tokens; "
         "evaluated on 65,536 Persuasion bytes at 1x-16x",
     ),
