@@ -2,8 +2,8 @@
 
 Comparisons take a variant name wherever they take an attention kind (``--methods tra tra_warmup``), so
 an ablation runs under the same protocol as the kinds (same budget and seeds, its own learning rate
-chosen on validation data) and its rows carry its name. Every variant here trains and evaluates exact
-TRA unless its description says otherwise.
+chosen on validation data) and its rows carry its name. A TRA variant is evaluated as the TRA op with
+its own threshold and dense heads; the warm-up changes training only.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ VARIANTS: dict[str, Variant] = {
     ),
     "tra_paperblock": Variant(
         "tra", "the authors' block (x = norm(x); x = x + f(x)) instead of pre-norm", model={"block_style": "paper"}
+    ),
+    "tra_dense1_paperblock": Variant(
+        "tra",
+        "tra_dense1 in the authors' block",
+        model={"tra_dense_heads": 1, "block_style": "paper"},
+    ),
+    # The same block change for a baseline: whether the block helps TRA in particular or every kind.
+    "fox_paperblock": Variant(
+        "fox", "FoX in the authors' block (x = norm(x); x = x + f(x))", model={"block_style": "paper"}
     ),
 }
 
