@@ -46,6 +46,7 @@ def main() -> None:
             scores = q @ k.transpose(-1, -2) / attn.head_dim**0.5
             causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
             kept = (scores > attn.threshold) & causal
+            kept[:, : attn.dense_heads] = causal  # dense heads keep every causal key
             log_gate = attn.log_gate(x)
             top = scores.masked_fill(~kept, float("-inf")).amax(-1)
             previous = kept.diagonal(offset=-1, dim1=-2, dim2=-1)  # key i - 1 for query i
@@ -74,8 +75,10 @@ def main() -> None:
     with torch.no_grad():
         model(ids)
     lines = [
-        f"Checkpoint {path}; threshold {model.config.tra_threshold:g}; score bound sqrt(D) = "
-        f"{model.config.head_dim**0.5:.2f}; {args.windows} validation windows of {config.length} tokens",
+        f"Command: `python {' '.join(['benchmarks/tra_attention_stats.py', *sys.argv[1:]])}`  ",
+        f"Checkpoint {path}; threshold {model.config.tra_threshold:g}; dense heads {model.config.tra_dense_heads}; "
+        f"score bound sqrt(D) = {model.config.head_dim**0.5:.2f}; {args.windows} validation windows of "
+        f"{config.length} tokens",
         "",
         "| layer | head | kept fraction | previous key kept | queries keeping no key | mean log gate | mean gate "
         "| mean largest kept score |",
