@@ -140,5 +140,6 @@ def test_bad_length(length):
 
 def test_task_registry():
     assert isinstance(make_task("flipflop", p_ignore=0.5), FlipFlop)
-    with pytest.raises(ValueError, match=r"task = 'copy'; expected one of \['flipflop', 'lm'\]"):
+    expected = r"\['flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'selective_copy'\]"
+    with pytest.raises(ValueError, match=rf"task = 'copy'; expected one of {expected}"):
         make_task("copy")
