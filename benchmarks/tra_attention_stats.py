@@ -1,6 +1,6 @@
 """What a trained TRA language model's attention does: per layer and head, the fraction of causal keys
-kept, how often the previous token's key is kept, how often a query keeps no key at all, the forget gate,
-and the largest kept score against its bound sqrt(D).
+kept, how often the previous token's key is kept (and, per layer, how often no head keeps it), how often a
+query keeps no key at all, the forget gate, and the largest kept score against its bound sqrt(D).
 
     python benchmarks/tra_attention_stats.py --checkpoint results/lm_austen/runs/tra/lr0.001-seed0 \
         [--windows 16] [--out stats.md]
@@ -38,6 +38,7 @@ def main() -> None:
     model = TransformerLM.from_pretrained(path).eval()
     ids = make_task(config.task, **config.task_args).validation(args.windows, config.length, 0).tokens[:, :-1]
     rows = []
+    unseen = {}  # layer: fraction of queries for which no head keeps the previous token's key
 
     def record(layer: int):
         def hook(attn: TRAAttention, inputs, _output):
@@ -50,6 +51,7 @@ def main() -> None:
             log_gate = attn.log_gate(x)
             top = scores.masked_fill(~kept, float("-inf")).amax(-1)
             previous = kept.diagonal(offset=-1, dim1=-2, dim2=-1)  # key i - 1 for query i
+            unseen[layer] = (~previous.any(dim=1)).float().mean().item()  # no head of the layer keeps it
             for h in range(scores.shape[1]):
                 fraction = (kept[:, h].sum(-1) / causal.sum(-1)).mean().item()
                 finite = top[:, h][torch.isfinite(top[:, h])]
@@ -87,6 +89,8 @@ def main() -> None:
     for layer, head, fraction, previous, empty, log_gate, gate, top in rows:
         cells = [f"{fraction:.3f}", f"{previous:.3f}", f"{empty:.3f}", f"{log_gate:.2f}", f"{gate:.3f}", f"{top:.2f}"]
         lines.append(f"| {layer} | {head} | " + " | ".join(cells) + " |")
+    lines += ["", "| layer | queries whose previous token no head keeps |", "|---|---|"]
+    lines += [f"| {layer} | {fraction:.3f} |" for layer, fraction in unseen.items()]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
