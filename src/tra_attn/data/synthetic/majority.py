@@ -23,29 +23,18 @@ Token ids: blank '.'=0, marker '*'=1, query '?'=2, '0'=3, '1'=4.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
+from ..task import EvalSplit, Task, TaskBatch, register_task
+from .density_splits import check_density, density_splits
 
 CHARS = ".*?01"
 BLANK, MARK, QUERY, ZERO, ONE = range(5)
 VOCAB_SIZE = len(CHARS)
-LONG_FACTORS = (2, 4, 8)  # the iid splits beyond the training length, as multiples of it
 _CHAR_TO_ID = {c: i for i, c in enumerate(CHARS)}
-
-
-def sparse_density(p: float) -> float:
-    """Half the non-distractor fraction: the marked bits sparser among more distractors."""
-    return (1.0 + p) / 2
-
-
-def dense_density(p: float) -> float:
-    """Half the distractor fraction."""
-    return p / 2
 
 
 def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
@@ -72,9 +61,7 @@ class Majority(Task):
         n = self.num_marked
         if not isinstance(n, int) or isinstance(n, bool) or n < 1 or n % 2 == 0:
             raise ValueError(f"majority: num_marked = {n!r}; expected a positive odd integer (no ties)")
-        p = self.distractor_density
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
-            raise ValueError(f"majority: distractor_density = {p!r}; expected a fraction in [0, 1)")
+        check_density("majority", "distractor_density", self.distractor_density)
 
     def layout(self, length: int) -> tuple[int, int]:
         """(distractor bits, blanks) of a ``length``-token sequence; blanks < 0 if the marked bits do not fit."""
@@ -128,19 +115,7 @@ class Majority(Task):
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """iid, sparse and dense at the training length, then iid at 2x, 4x and 8x; split k uses TEST_SEED + k."""
-        p = self.distractor_density
-        plan = [("iid", p, train_length), ("sparse", sparse_density(p), train_length)]
-        plan += [("dense", dense_density(p), train_length)]
-        plan += [("iid", p, factor * train_length) for factor in LONG_FACTORS]
-        splits = []
-        for index, (split, density, length) in enumerate(plan):
-            task = dataclasses.replace(self, distractor_density=density)
-            try:
-                batch = task.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
-            except ValueError as err:
-                raise ValueError(f"majority: the {split} split at train_length = {train_length}: {err}") from None
-            splits.append(EvalSplit(split, dataclasses.asdict(task), batch))
-        return splits
+        return density_splits(self, "distractor_density", train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         return encode(line)

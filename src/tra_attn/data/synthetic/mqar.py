@@ -21,42 +21,19 @@ Token ids: filler '.'=0, separator '|'=1, keys 'k0'... = 2..., values 'v0'... af
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
+from ..task import EvalSplit, Task, TaskBatch, register_task
+from .density_splits import check_density, check_int, density_splits
 
 FILLER, SEP, KEY0 = 0, 1, 2
-LONG_FACTORS = (2, 4, 8)  # the iid splits beyond the training length, as multiples of it
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"mqar: {name} = {value!r}; expected an integer >= {low}")
-    return value
-
-
-def _check_density(name: str, value) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"mqar: {name} = {value!r}; expected a fraction in [0, 1)")
-    return float(value)
 
 
 def round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
-
-
-def sparse_density(p: float) -> float:
-    """Half the non-filler fraction: three times the filler per content token at p = 0.5."""
-    return (1.0 + p) / 2
-
-
-def dense_density(p: float) -> float:
-    """Half the filler fraction."""
-    return p / 2
 
 
 @register_task
@@ -72,10 +49,10 @@ class MultiQueryRecall(Task):
     name = "mqar"
 
     def __post_init__(self):
-        _check_int("num_pairs", self.num_pairs, 1)
-        _check_int("num_keys", self.num_keys, 1)
-        _check_int("num_values", self.num_values, 2)
-        _check_density("filler_density", self.filler_density)
+        check_int("mqar", "num_pairs", self.num_pairs, 1)
+        check_int("mqar", "num_keys", self.num_keys, 1)
+        check_int("mqar", "num_values", self.num_values, 2)
+        check_density("mqar", "filler_density", self.filler_density)
         if self.num_keys < self.num_pairs:
             raise ValueError(
                 f"mqar: num_keys = {self.num_keys}; expected at least num_pairs = {self.num_pairs} "
@@ -142,19 +119,7 @@ class MultiQueryRecall(Task):
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """iid, sparse and dense at the training length, then iid at 2x, 4x and 8x; split k uses TEST_SEED + k."""
-        p = self.filler_density
-        plan = [("iid", p, train_length), ("sparse", sparse_density(p), train_length)]
-        plan += [("dense", dense_density(p), train_length)]
-        plan += [("iid", p, factor * train_length) for factor in LONG_FACTORS]
-        splits = []
-        for index, (split, density, length) in enumerate(plan):
-            task = dataclasses.replace(self, filler_density=density)
-            try:
-                batch = task.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
-            except ValueError as err:
-                raise ValueError(f"mqar: the {split} split at train_length = {train_length}: {err}") from None
-            splits.append(EvalSplit(split, dataclasses.asdict(task), batch))
-        return splits
+        return density_splits(self, "filler_density", train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'k3 v7 . | k3 v7' -> token ids, validating the grammar and that every query is answered as bound."""

@@ -20,38 +20,15 @@ Token ids: noise '.'=0, marker '>'=1, data 'd0'... = 2... (data tokens uniform, 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
+from ..task import EvalSplit, Task, TaskBatch, register_task
+from .density_splits import check_density, check_int, density_splits
 
 NOISE, MARKER, DATA0 = 0, 1, 2
-LONG_FACTORS = (2, 4, 8)  # the iid splits beyond the training length, as multiples of it
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"selective_copy: {name} = {value!r}; expected an integer >= {low}")
-    return value
-
-
-def _check_density(name: str, value) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"selective_copy: {name} = {value!r}; expected a fraction in [0, 1)")
-    return float(value)
-
-
-def sparse_density(p: float) -> float:
-    """Half the data fraction: the mean gap 2.25 times longer at p = 0.8."""
-    return (1.0 + p) / 2
-
-
-def dense_density(p: float) -> float:
-    """Half the noise fraction."""
-    return p / 2
 
 
 def copy_mask(tokens: torch.Tensor) -> torch.Tensor:
@@ -75,9 +52,9 @@ class SelectiveCopy(Task):
     name = "selective_copy"
 
     def __post_init__(self):
-        _check_int("num_tokens", self.num_tokens, 1)
-        _check_int("num_symbols", self.num_symbols, 2)
-        _check_density("noise_density", self.noise_density)
+        check_int("selective_copy", "num_tokens", self.num_tokens, 1)
+        check_int("selective_copy", "num_symbols", self.num_symbols, 2)
+        check_density("selective_copy", "noise_density", self.noise_density)
 
     @property
     def vocab_size(self) -> int:
@@ -124,19 +101,7 @@ class SelectiveCopy(Task):
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """iid, sparse and dense at the training length, then iid at 2x, 4x and 8x; split k uses TEST_SEED + k."""
-        p = self.noise_density
-        plan = [("iid", p, train_length), ("sparse", sparse_density(p), train_length)]
-        plan += [("dense", dense_density(p), train_length)]
-        plan += [("iid", p, factor * train_length) for factor in LONG_FACTORS]
-        splits = []
-        for index, (split, density, length) in enumerate(plan):
-            task = dataclasses.replace(self, noise_density=density)
-            try:
-                batch = task.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
-            except ValueError as err:
-                raise ValueError(f"selective_copy: the {split} split at train_length = {train_length}: {err}") from None
-            splits.append(EvalSplit(split, dataclasses.asdict(task), batch))
-        return splits
+        return density_splits(self, "noise_density", train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'. d3 . d1 > d3 d1' -> token ids, validating the grammar and that the copy matches the data."""
