@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
     ev.set_defaults(func=cmd_eval)
 
-    for experiment in experiments().values():
+    for experiment in dict.fromkeys(experiments().values()):  # a package reporting several tasks adds its once
         experiment.add_commands(sub)
 
     cv = sub.add_parser(

@@ -1,8 +1,8 @@
 """Experiments: one subpackage each (presets, run, report, CLI commands), found by discovery.
 
-An experiment package defines ``TASK`` (the task name its result rows carry), ``add_commands(subparsers)``
-(its ``tra`` subcommands) and, once it publishes a page, ``write_report(out, command="", notes=None,
-markdown=None)``.
+An experiment package defines ``TASK`` (the task name its result rows carry; ``TASKS`` if several),
+``add_commands(subparsers)`` (its ``tra`` subcommands) and, once it publishes a page,
+``write_report(out, command="", notes=None, markdown=None)``.
 """
 
 from __future__ import annotations
@@ -18,5 +18,6 @@ def experiments() -> dict[str, ModuleType]:
     for info in pkgutil.iter_modules(__path__):
         if info.ispkg:
             module = importlib.import_module(f"{__name__}.{info.name}")
-            found[module.TASK] = module
+            for task in getattr(module, "TASKS", (module.TASK,)):
+                found[task] = module
     return found

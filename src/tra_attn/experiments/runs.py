@@ -78,12 +78,21 @@ def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
     return lr if lr is not None else ATTENTION_KINDS[kind].lr
 
 
-def write_selection(out: Path, rows: list[dict], selected: dict[str, float], swept: bool, command: str, preset: str):
+def write_selection(
+    out: Path,
+    rows: list[dict],
+    selected: dict[str, float],
+    swept: bool,
+    command: str,
+    preset: str,
+    sweep_rows: list[dict] | None = None,
+):
     """results.jsonl (the rows of each method's selected learning rate), and with a sweep of several rates
-    sweep.jsonl (every row) and selected_lrs.json; run.json records the command and the preset."""
+    sweep.jsonl (the sweep's rows: ``sweep_rows``, default every row) and selected_lrs.json; run.json records
+    the command and the preset."""
     write_jsonl(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
     if swept:
-        write_jsonl(out / "sweep.jsonl", rows)
+        write_jsonl(out / "sweep.jsonl", rows if sweep_rows is None else sweep_rows)
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
     atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
 
@@ -126,3 +135,26 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods
     parser.add_argument("--out", type=Path, help=f"output directory (default: {out})")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_synthetic_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a comparison on a procedural task beyond ``add_comparison_flags``: the seeds the
+    learning-rate sweep runs on, and train-to-fit."""
+    parser.add_argument(
+        "--sweep-seeds",
+        type=int,
+        nargs="+",
+        help="with --lrs: the seeds every rate runs on; the other --seeds then run at each method's selected "
+        "rate only (default: every seed)",
+    )
+    parser.add_argument(
+        "--fit-accuracy",
+        type=float,
+        help="train to fit: stop a run at the first validation whose full-sequence accuracy reaches this, with "
+        "--steps as the cap; 0 trains every step (default: the preset's)",
+    )
+
+
+def synthetic_arguments(args: argparse.Namespace) -> dict:
+    """``comparison_arguments`` plus those of ``add_synthetic_flags``."""
+    return {**comparison_arguments(args), "sweep_seeds": args.sweep_seeds, "fit_accuracy": args.fit_accuracy}

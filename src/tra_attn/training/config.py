@@ -1,8 +1,8 @@
 """Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
 
-Written with ``"version": 3``. Older files (flip-flop's parameters as top-level fields in version 1,
-no threshold warm-up before version 3) are migrated by ``from_dict`` (see ``migrate``), so old
-checkpoints load and resume.
+Written with ``"version": 4``. Older files (flip-flop's parameters as top-level fields in version 1,
+no threshold warm-up before version 3, no train-to-fit before version 4) are migrated by ``from_dict``
+(see ``migrate``), so old checkpoints load and resume.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..data import TASKS, make_task
 from ..models import ModelConfig
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 3
+VERSION = 4
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -26,6 +26,7 @@ def migrate(data: dict) -> dict:
     or ``compile``. Top-level fields named like the task's parameters move into ``task_args``, and the
     new fields get the values that reproduce the old behaviour (1 and false).
     Version 2 had no ``tra_threshold_warmup``: TRA trained with its threshold from the first step (0).
+    Version 3 had no ``fit_accuracy``: every run trained for exactly ``steps`` (0).
     """
     data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
@@ -36,6 +37,8 @@ def migrate(data: dict) -> dict:
         data.setdefault("compile", False)
     if version <= 2:
         data.setdefault("tra_threshold_warmup", 0)
+    if version <= 3:
+        data.setdefault("fit_accuracy", 0.0)
     return data
 
 
@@ -51,7 +54,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task_args: dict = field(default_factory=dict, metadata=_help("the task's parameters (its own defaults otherwise)"))
     length: int = field(default=128, metadata=_help("tokens per training sequence"))
-    steps: int = field(default=1500, metadata=_help("optimizer steps"))
+    steps: int = field(default=1500, metadata=_help("optimizer steps (with fit_accuracy: the most it may take)"))
     batch_size: int = field(default=64, metadata=_help("sequences per optimizer step"))
     grad_accum: int = field(
         default=1, metadata=_help("micro-batches per step (must divide batch_size; same update, less memory)")
@@ -76,6 +79,14 @@ class TrainConfig:
         metadata=_help(
             "TRA kinds: steps over which the training threshold rises from threshold - sqrt(head_dim) (every "
             "key kept) to the model's threshold; validation and checkpoints always use the model's (0: off)"
+        ),
+    )
+
+    fit_accuracy: float = field(
+        default=0.0,
+        metadata=_help(
+            "train to fit: stop at the first validation whose full-sequence accuracy reaches this value, with "
+            "steps as the cap (needs eval_every > 0 and a task scored per sequence; 0: train all steps)"
         ),
     )
 
@@ -117,6 +128,16 @@ class TrainConfig:
                 raise ValueError(
                     f"TrainConfig.{name} = {value!r}; expected a number in [{low:g}, {high:g}{']' if high_ok else ')'}"
                 )
+        if not (
+            isinstance(self.fit_accuracy, (int, float))
+            and not isinstance(self.fit_accuracy, bool)
+            and 0.0 <= self.fit_accuracy <= 1.0
+        ):
+            raise ValueError(f"TrainConfig.fit_accuracy = {self.fit_accuracy!r}; expected a number in [0, 1] (0: off)")
+        if self.fit_accuracy and not self.eval_every:
+            raise ValueError(
+                f"TrainConfig.fit_accuracy = {self.fit_accuracy} needs periodic validation; expected eval_every > 0"
+            )
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
         if not isinstance(self.compile, bool):

@@ -6,6 +6,10 @@ Batches are a pure function of (seed, step), the model computes its own per-toke
 optimizer and RNG states are checkpointed between whole steps only (Ctrl-C waits for the step to
 finish), so ``--resume`` continues exactly: N/2 steps + resume + N/2 steps gives bit-identical weights
 to N steps straight.
+
+With ``fit_accuracy`` the run trains to fit: it stops at the first validation whose full-sequence
+accuracy reaches that value (``steps`` is then the cap), saves a checkpoint there, and records the step
+as ``fit_step`` in the checkpoint's state and in metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -167,8 +171,8 @@ def _load_latest(run_dir: Path, checkpoint: Path, device: str):
 
 
 def _restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, processes: Processes, fsdp: bool):
-    """(model on ``device``, sharded if ``fsdp``; optimizer; step; train seconds so far): fresh, or from the
-    run's latest checkpoint."""
+    """(model on ``device``, sharded if ``fsdp``; optimizer; step; train seconds so far; the step at which
+    the run fitted, or None): fresh, or from the run's latest checkpoint."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue or use a new directory")
@@ -183,10 +187,13 @@ def _restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, proc
         model = TransformerLM(config.model).to(device)
         if fsdp:
             shard(model)
-        return model, build_optimizer(model, config), 0, 0.0
+        return model, build_optimizer(model, config), 0, 0.0, None
     saved_config, state, model = _load_latest(run_dir, checkpoint, device)
     _check_resumable(checkpoint, saved_config, config, state["step"])
-    if state["step"] >= config.steps and processes.is_main:
+    fit_step = state.get("fit_step")
+    if fit_step is not None and processes.is_main:
+        print(f"--resume: the run fitted at step {fit_step} (fit_accuracy = {config.fit_accuracy}); nothing to train")
+    elif state["step"] >= config.steps and processes.is_main:
         print(
             f"--resume: the run already finished {state['step']} steps; pass --steps N (N > {state['step']}) "
             "with --resume to train further"
@@ -207,7 +214,7 @@ def _restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, proc
     torch.set_rng_state(state["rng"])
     if "cuda_rng" in state and not processes.distributed:
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return model, optimizer, state["step"], state.get("train_seconds", 0.0)
+    return model, optimizer, state["step"], state.get("train_seconds", 0.0), fit_step
 
 
 def _seed_step(config: TrainConfig, step: int, processes: Processes) -> None:
@@ -225,6 +232,21 @@ def _check_world_size(config: TrainConfig, processes: Processes) -> None:
             f"batch_size = {config.batch_size}; expected a multiple of grad_accum x processes = "
             f"{config.grad_accum} x {processes.world_size} = {parts} (every rank trains on equal micro-batches)"
         )
+
+
+def _fitted(val: dict, fit_accuracy: float) -> bool:
+    """Whether a validation reached ``fit_accuracy`` full-sequence accuracy (a ValueError if it has none)."""
+    if "full_seq_acc" not in val:
+        raise ValueError(
+            f"TrainConfig.fit_accuracy = {fit_accuracy}: the validation metrics {sorted(val)} have no full_seq_acc; "
+            "expected a task scored per sequence, or fit_accuracy = 0"
+        )
+    return val["full_seq_acc"] >= fit_accuracy
+
+
+def _agree_on_fit(fit_step: int | None, step: int, processes: Processes, device: str) -> int | None:
+    """Rank 0's verdict for every rank: ``step`` if it saw the run fit, else None."""
+    return step if processes.any(processes.is_main and fit_step is not None, device) else None
 
 
 def train(
@@ -266,7 +288,7 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     main = processes.is_main
     run_dir = make_directory(run_dir, "run directory")
     metrics_path = run_dir / METRICS_NAME
-    model, optimizer, start, seconds_before = _restore(
+    model, optimizer, start, seconds_before, fit_step = _restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
     )
     if main:
@@ -292,6 +314,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     def save(step: int) -> None:
         """Rank 0 writes the checkpoint; with FSDP every rank takes part (gathering weights, writing shards)."""
         state = {"rng": torch.get_rng_state(), "step": step, "train_seconds": seconds()}
+        if fit_step is not None:
+            state["fit_step"] = fit_step
         if torch.device(config.device).type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         if not fsdp:
@@ -318,7 +342,7 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     clip = config.grad_clip if config.grad_clip > 0 else math.inf
     try:
         with deferred_interrupts() as interrupt:
-            while step < config.steps:
+            while step < config.steps and fit_step is None:
                 lr = learning_rate(config, step)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -342,11 +366,18 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                         bar.set_postfix(loss=f"{row['loss']:.4f}")
                 # A sharded model's forward needs every rank; otherwise rank 0 validates alone.
                 validates = main or fsdp
-                if validates and config.eval_every and (step % config.eval_every == 0 or step == config.steps):
+                validation_step = config.eval_every and (step % config.eval_every == 0 or step == config.steps)
+                if validates and validation_step:
                     val = validate(model, config, validation, metrics_fn)
                     if main:
                         append_jsonl(metrics_path, {"step": step, **{f"val_{k}": v for k, v in val.items()}})
-                if step % config.checkpoint_every == 0 or step == config.steps:
+                    if config.fit_accuracy and _fitted(val, config.fit_accuracy):
+                        fit_step = step
+                        if main:
+                            append_jsonl(metrics_path, {"step": step, "fit_step": step})
+                if validation_step and config.fit_accuracy and processes.distributed and not fsdp:
+                    fit_step = _agree_on_fit(fit_step, step, processes, config.device)  # rank 0 alone validated
+                if step % config.checkpoint_every == 0 or step == config.steps or fit_step is not None:
                     save(step)
                     last_saved = step
                 # Every rank stops after the same step, whichever of them saw the interrupt.

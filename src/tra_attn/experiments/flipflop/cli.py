@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ...utils.cli_help import HelpFormatter
-from ..runs import add_comparison_flags, comparison_arguments
+from ..runs import add_comparison_flags, add_synthetic_flags, synthetic_arguments
 from .presets import PRESETS
 
 
 def cmd_flipflop(args) -> None:
     from .run import run_flipflop
 
-    out = run_flipflop(args.preset, **comparison_arguments(args))
+    out = run_flipflop(args.preset, **synthetic_arguments(args))
     print((out / "results.md").read_text())
 
 
@@ -31,4 +31,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         lrs="the preset's validated rate per method",
         out="runs/flipflop_<preset>",
     )
+    add_synthetic_flags(fl)
     fl.set_defaults(func=cmd_flipflop)

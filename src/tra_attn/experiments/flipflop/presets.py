@@ -2,27 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ..runs import preset_lr
-
-
-@dataclass(frozen=True)
-class Preset:
-    """``lrs``: validated learning rates per method; a method without one uses ``lr`` if set, else its
-    registry default (so a newly registered kind runs with no preset change)."""
-
-    model: dict
-    train: dict
-    seeds: tuple[int, ...]
-    eval_sequences: int
-    description: str
-    lrs: dict[str, float] = field(default_factory=dict)
-    lr: float | None = None
-
-    def lr_for(self, method: str) -> float:
-        return preset_lr(self.lrs, self.lr, method)
-
+from ..preset import Preset
 
 TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read
 
@@ -30,6 +10,7 @@ PRESETS = {
     # Learning rates per method: the selection on validation data of the sweep
     # `tra flipflop --lrs 1e-3 3e-3 1e-2 --seeds 0 --out results/flipflop_cpu` (its selected_lrs.json).
     "cpu": Preset(
+        task_args=TASK_ARGS,
         model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
         train=dict(
             length=128,
@@ -60,6 +41,7 @@ PRESETS = {
     ),
     # A smoke test of the whole pipeline: seconds on a CPU, no meaningful accuracy.
     "tiny": Preset(
+        task_args=TASK_ARGS,
         model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
         train=dict(
             length=16,
@@ -79,6 +61,7 @@ PRESETS = {
     ),
     # The TRA authors' notebook recipe (docs/flipflop.md; a GPU job).
     "paper": Preset(
+        task_args=TASK_ARGS,
         # The notebook's model: its block, dropout 0.01 on the embeddings, the MLP hidden layer and the attention
         # logits (not the residual branches), and its initialisation (docs/flipflop.md lists what still differs).
         model=dict(

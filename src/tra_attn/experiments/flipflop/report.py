@@ -14,6 +14,7 @@ from pathlib import Path
 from ...data.synthetic.flipflop import FlipFlop
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
+from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
 from ..tables import (
     color,
     fmt,
@@ -28,6 +29,8 @@ from ..tables import (
     variant_lines,
 )
 from .rows import upgrade_rows
+
+__all__ = ["flipflop_columns", "markdown_table", "unfit_methods", "write_report"]
 
 
 def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -48,18 +51,6 @@ def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[fl
     return table
 
 
-FIT_THRESHOLD = 0.99  # validation full-sequence accuracy below which a method did not fit the training task
-
-
-def unfit_methods(rows: list[dict]) -> set[str]:
-    """Methods with a seed whose final validation (IID) full-sequence accuracy is below FIT_THRESHOLD."""
-    return {
-        r["method"]
-        for r in rows
-        if r["split"] == "validation" and r["metric"] == "full_seq_acc" and not r["value"] >= FIT_THRESHOLD
-    }
-
-
 def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
     cols = flipflop_columns(rows)
     unfit = unfit_methods(rows)
@@ -69,7 +60,9 @@ def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
     seeds = defaultdict(set)
     for r in rows:
         seeds[r["method"]].add(r["seed"])
+    fit_steps = steps_to_fit(rows) if with_time else {}
     header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train minutes (median)"] if with_time else [])
+    header += ["steps to fit (per seed)"] if fit_steps else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in ordered({r["method"] for r in rows}):
         name = label(method) + (" †" if method in unfit else "")
@@ -78,6 +71,8 @@ def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
         if with_time:
             minutes = sorted(s / 60 for s in seconds[(method, "validation", cols[0][2])])
             cells.append(f"{minutes[len(minutes) // 2]:.1f}" if minutes else "n/a")
+        if fit_steps:
+            cells.append(steps_to_fit_cell(fit_steps.get(method, [])))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -209,7 +204,7 @@ def write_report(
         *(
             [
                 f"† did not fit the training task: final validation (IID) full-sequence accuracy below "
-                f"{FIT_THRESHOLD} in at least one seed. With the shared budget and learning-rate sweep this is a "
+                f"{FIT_ACCURACY} in at least one seed. With the shared budget and learning-rate sweep this is a "
                 "fitting failure, not evidence about generalisation.",
                 "",
             ]

@@ -1,0 +1,248 @@
+"""The page of a procedural-task comparison (one task) or of the suite (several), from result rows (JSONL).
+
+``tra report DIR`` rebuilds DIR/results.md and DIR/accuracy.png from DIR/results.jsonl. Rows of one task
+give that task's page; the suite's rows (every task's, concatenated) give one page with a summary and a
+section per task. Nothing here trains or evaluates a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from ...data import make_task
+from ...utils.atomic import atomic_write, atomic_write_text
+from ...utils.jsonl import read_jsonl
+from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
+from ..tables import (
+    color,
+    fmt,
+    label,
+    learning_rate_note,
+    mean_std,
+    ordered,
+    page_header,
+    read_results,
+    report_command,
+    sweep_table,
+    variant_lines,
+)
+
+Column = tuple[str, str, int]  # (title, split, length)
+
+
+def task_of(rows: list[dict]):
+    """The task the rows were trained on, with its parameters."""
+    config = rows[0]["config"]
+    return make_task(config["task"], **config["task_args"])
+
+
+def columns(rows: list[dict]) -> list[Column]:
+    """Every test split in the order the task lists them: '<split> (<length>)', or '<split> Nx (<length>)'
+    beyond the training length."""
+    train_length = rows[0]["config"]["length"]
+    found = {(r["split"], r["length"]) for r in rows if r["split"] != "validation"}
+    cols = []
+    for test in task_of(rows).eval_splits(train_length, 1):
+        length = test.length or test.batch.tokens.shape[1]
+        if (test.split, length) in found:
+            times = f" {length // train_length}x" if length > train_length else ""
+            cols.append((f"{test.split}{times} ({length})", test.split, length))
+    return cols
+
+
+def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
+    table = defaultdict(list)
+    for r in rows:
+        if r["metric"] == metric:
+            table[(r["method"], r["split"], r["length"])].append(r["value"])
+    return table
+
+
+def accuracy_table(rows: list[dict], metric: str = "full_seq_acc", with_fit: bool = True) -> list[str]:
+    """Mean ± std over seeds per method and split; with ``with_fit``, the median training minutes and each
+    seed's steps to fit."""
+    cols = columns(rows)
+    unfit = unfit_methods(rows)
+    values = collect(rows, metric)
+    seconds = collect(rows, "train_seconds")
+    fit_steps = steps_to_fit(rows)
+    lr = {r["method"]: r["lr"] for r in rows}
+    seeds = defaultdict(set)
+    for r in rows:
+        seeds[r["method"]].add(r["seed"])
+    header = ["method", "lr", "seeds"] + [c[0] for c in cols]
+    header += ["train minutes (median)", "steps to fit (per seed)"] if with_fit else []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    train_length = rows[0]["config"]["length"]
+    for method in ordered({r["method"] for r in rows}):
+        cells = [label(method) + (" †" if method in unfit else ""), f"{lr[method]:g}", str(len(seeds[method]))]
+        cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
+        if with_fit:
+            minutes = seconds[(method, "validation", train_length)]
+            cells.append(f"{statistics.median(minutes) / 60:.1f}" if minutes else "n/a")
+            cells.append(steps_to_fit_cell(fit_steps.get(method, [])))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def data_table(rows: list[dict]) -> list[str]:
+    """The statistics of every test split (regenerated from its seed) and the parameters that differ."""
+    task = task_of(rows)
+    train_length = rows[0]["config"]["length"]
+    sequences = max(int(r["value"]) for r in rows if r["metric"] == "sequences")
+    tests = task.eval_splits(train_length, sequences)
+    varying = [k for k in tests[0].params if len({json.dumps(t.params[k]) for t in tests}) > 1]
+    stats = [task.statistics(t.batch) for t in tests]
+    keys = [k for k in stats[0] if all(k in s for s in stats)]
+    lines = ["| split | " + " | ".join(varying + keys) + " |", "|" + "---|" * (1 + len(varying) + len(keys))]
+    for test, s in zip(tests, stats):
+        cells = [str(test.params[k]) for k in varying]
+        cells += [f"{s[k]:.3g}" if isinstance(s[k], float) else str(s[k]) for k in keys]
+        lines.append(f"| {test.split} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_accuracy(rows: list[dict], path: Path) -> None:
+    """Full-sequence accuracy per test split and method (mean and std over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = columns(rows)
+    values = collect(rows, "full_seq_acc")
+    methods = ordered({r["method"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(cols)), 4.5))
+    width = 0.8 / len(methods)
+    for i, method in enumerate(methods):
+        stats = [mean_std(values[(method, s, n)]) for _, s, n in cols]
+        ax.bar(
+            [j + (i - (len(methods) - 1) / 2) * width for j in range(len(cols))],
+            [m for m, _ in stats],
+            width,
+            yerr=[s for _, s in stats],
+            color=color(method),
+            label=label(method),
+            capsize=2,
+        )
+    ax.set_xticks(range(len(cols)), [c[0] for c in cols], fontsize=8)
+    ax.set_ylabel("full-sequence accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{rows[0]['task']}: full-sequence accuracy per test split")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(methods), 5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    plt.close(fig)
+
+
+def recipe_line(rows: list[dict]) -> str:
+    config = rows[0]["config"]
+    model = config["model"]
+    args = ", ".join(f"{k}={json.dumps(v)}" for k, v in config["task_args"].items()) or "its defaults"
+    fit = (
+        f"trained to fit: each run stops at the first validation (every {config['eval_every']} steps, "
+        f"{config['eval_sequences']} held-out sequences) with full-sequence accuracy >= {config['fit_accuracy']}, "
+        f"at most {config['steps']} steps"
+        if config.get("fit_accuracy")
+        else f"{config['steps']} steps"
+    )
+    return (
+        f"Task `{config['task']}` ({args}), {config['length']}-token training sequences. Model: "
+        f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
+        f"{model['n_heads']} heads, {model['block_style']} blocks, SwiGLU MLP. Training: batch "
+        f"{config['batch_size']}, AdamW (weight decay {config['weight_decay']}), "
+        f"cosine schedule over the cap with {config['warmup_steps']} warm-up steps, gradient clipping "
+        f"{config['grad_clip'] or 'off'}; {fit}. Every method shares the model, data, seeds and budget; only the "
+        "attention differs."
+    )
+
+
+def task_section(rows: list[dict], sweep: list[dict], selected: dict, plot: Path, page: Path, level: str) -> list[str]:
+    """Tables, plot, test data and sweep of one task."""
+    lr_note = learning_rate_note(
+        rows,
+        sweep,
+        selected,
+        agreed="Each method's learning rate is the one selected on held-out validation data (training "
+        "distribution) by the sweep below, never on the test splits.",
+        without_sweep="Learning rates: the preset's.",
+    )
+    lines = [recipe_line(rows) + " " + lr_note, ""]
+    lines += [f"{level} Full-sequence accuracy (mean ± std over seeds)", "", *accuracy_table(rows), ""]
+    if unfit_methods(rows):
+        lines += [
+            f"† did not fit: final validation full-sequence accuracy below {FIT_ACCURACY} in at least one seed "
+            "(its out-of-distribution numbers are not evidence about generalisation).",
+            "",
+        ]
+    lines += [f"![accuracy per split]({os.path.relpath(plot, page.parent)})", ""]
+    lines += [f"{level} Per-token accuracy", "", *accuracy_table(rows, "token_acc", with_fit=False), ""]
+    lines += [f"{level} Test data", "", *data_table(rows), ""]
+    if sweep:
+        lines += [f"{level} Learning-rate sweep (validation full-sequence accuracy)", ""]
+        lines += [*sweep_table(sweep, selected, "full_seq_acc"), ""]
+    return lines
+
+
+def summary_table(by_task: dict[str, list[dict]]) -> list[str]:
+    """Per task and method: validation accuracy (fit), mean accuracy over the test splits at the training
+    length's distribution (IID) and over every other split (OOD)."""
+    methods = ordered({r["method"] for rows in by_task.values() for r in rows})
+    lines = ["| task | " + " | ".join(label(m) for m in methods) + " |", "|" + "---|" * (len(methods) + 1)]
+    for task, rows in by_task.items():
+        train_length = rows[0]["config"]["length"]
+        unfit = unfit_methods(rows)
+        acc = collect(rows, "full_seq_acc")
+        ood = [(s, n) for _, s, n in columns(rows) if (s, n) != ("iid", train_length)]
+        cells = []
+        for method in methods:
+            per_split = [mean_std(acc[(method, s, n)])[0] for s, n in ood if acc[(method, s, n)]]
+            mean = sum(per_split) / len(per_split) if per_split else float("nan")
+            cells.append("n/a" if mean != mean else f"{mean:.3f}" + (" †" if method in unfit else ""))
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_report(
+    out: str | Path, command: str = "", preset: str = "", notes: str | Path | None = None, markdown=None
+) -> Path:
+    """Build results.md (or ``markdown``) and the accuracy plot(s) in ``out`` from out/results.jsonl; rows of
+    several tasks (``tra bench --suite``) make the suite page, plots in each task's subfolder."""
+    out = Path(out)
+    rows, recorded = read_results(out, "tra bench")
+    command, preset = command or recorded.get("command", ""), preset or recorded.get("preset", "")
+    markdown = Path(markdown) if markdown else out / "results.md"
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task"]].append(r)
+    suite = len(by_task) > 1
+    title = "Length-generalisation suite" if suite else f"{rows[0]['task']}: TRA, ablations and baselines"
+    lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
+    if suite:
+        lines += [
+            "## Summary: mean full-sequence accuracy over each task's out-of-distribution splits",
+            "",
+            "Every test split except IID at the training length, averaged (per-split numbers below). "
+            f"† did not fit the task (validation accuracy below {FIT_ACCURACY} in some seed).",
+            "",
+            *summary_table(by_task),
+            "",
+        ]
+    lines += variant_lines({r["method"] for r in rows})
+    for task, task_rows in by_task.items():
+        folder = out / task if suite else out
+        sweep = read_jsonl(folder / "sweep.jsonl")
+        selected = json.loads((folder / "selected_lrs.json").read_text()) if sweep else {}
+        plot = folder / "accuracy.png"
+        plot_accuracy(task_rows, plot)
+        if suite:
+            lines += [f"## {task}", ""]
+        lines += task_section(task_rows, sweep, selected, plot, markdown, "###" if suite else "##")
+    if notes:
+        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+    atomic_write_text(markdown, "\n".join(lines))
+    return markdown
