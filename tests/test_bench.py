@@ -14,6 +14,8 @@ from tra_attn.experiments.bench.run import select_lrs
 from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell, unfit_methods
 from tra_attn.utils.jsonl import read_jsonl
 
+SWEEP = ["--lrs", "1e-3", "3e-3"]
+
 
 def run(argv, capsys):
     code = main([str(a) for a in argv])
@@ -137,6 +139,8 @@ def test_every_suite_task_has_cpu_and_tiny_presets_that_build_valid_configs():
         (["bench", "--task", "mqar", "--preset", "paper", "--out", "{tmp}/b"], r"--preset = 'paper'"),
         (["bench", "--task", "mqar", "--preset", "tiny", "--fit-accuracy", "2", "--out", "{tmp}/b"], "= 2.0; expected"),
         (["bench", "--task", "mqar", "--lrs", "1e-3", "3e-3", "--sweep-seeds", "--out", "{tmp}/b"], "at least"),
+        (["bench", "--task", "mqar", "--sweep-seeds", "0", "--out", "{tmp}/b"], "expected --lrs with 2 or more"),
+        (["bench", "--task", "mqar", *SWEEP, "--seeds", "1", "--sweep-seeds", "0", "--out", "{tmp}/b"], "of the seeds"),
     ],
 )
 def test_bad_bench_input_gets_a_clear_error_and_trains_nothing(argv, pattern, tmp_path, capsys):

@@ -4,6 +4,7 @@ whose rank is killed resumes to the uninterrupted result, and runs resume on ano
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -125,3 +126,16 @@ def test_fsdp_errors_name_what_to_do(tmp_path):
     remove_checkpoint(tmp_path / "ddp", 2)
     mixed = subprocess.run(command(tmp_path / "ddp", 2, *flags, "--fsdp", "--resume"), capture_output=True, text=True)
     assert mixed.returncode != 0 and "was written without --fsdp" in mixed.stderr
+
+
+def test_two_processes_stop_together_when_the_run_fits(tmp_path):
+    """Rank 0 alone validates; every rank must stop at its fit step (a rank left training would hang)."""
+    flags = ["--steps", "60", "--eval-every", "5", "--checkpoint-every", "60", "--lr", "1e-2", "--fit-accuracy", "0.25"]
+    launch(tmp_path / "one", 1, *flags)
+    launch(tmp_path / "two", 2, *flags)
+    fit = {}
+    for run in ("one", "two"):
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        fit[run] = [r["fit_step"] for r in rows if "fit_step" in r]
+        assert resolve_checkpoint(tmp_path / run).name == f"step_{fit[run][0]:07d}"
+    assert fit["one"] == fit["two"] and len(fit["one"]) == 1 and fit["one"][0] < 60

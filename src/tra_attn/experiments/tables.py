@@ -43,6 +43,15 @@ def fmt(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
+    """The values of ``metric`` per (method, split, length), one per seed."""
+    table = defaultdict(list)
+    for r in rows:
+        if r["metric"] == metric:
+            table[(r["method"], r["split"], r["length"])].append(r["value"])
+    return table
+
+
 def read_results(out: Path, producer: str, upgrade=lambda rows: rows) -> tuple[list[dict], dict]:
     """(rows of out/results.jsonl, out/run.json or {}); ValueError naming ``producer`` if there are no rows."""
     rows = upgrade(read_jsonl(out / "results.jsonl"))

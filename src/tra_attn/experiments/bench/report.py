@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
 from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
 from ..tables import (
+    collect,
     color,
     fmt,
     label,
@@ -54,36 +54,29 @@ def columns(rows: list[dict]) -> list[Column]:
     return cols
 
 
-def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
-    table = defaultdict(list)
-    for r in rows:
-        if r["metric"] == metric:
-            table[(r["method"], r["split"], r["length"])].append(r["value"])
-    return table
-
-
-def accuracy_table(rows: list[dict], metric: str = "full_seq_acc", with_fit: bool = True) -> list[str]:
-    """Mean ± std over seeds per method and split; with ``with_fit``, the median training minutes and each
-    seed's steps to fit."""
-    cols = columns(rows)
+def accuracy_table(rows: list[dict], metric: str = "full_seq_acc", with_fit: bool = True, cols=None) -> list[str]:
+    """Mean ± std over seeds per method and test split (``cols``, default ``columns(rows)``); with
+    ``with_fit``, the median training minutes and, for runs trained to fit, each seed's steps to fit."""
+    cols = cols or columns(rows)
     unfit = unfit_methods(rows)
     values = collect(rows, metric)
     seconds = collect(rows, "train_seconds")
-    fit_steps = steps_to_fit(rows)
+    fit_steps = steps_to_fit(rows) if with_fit else {}
     lr = {r["method"]: r["lr"] for r in rows}
     seeds = defaultdict(set)
     for r in rows:
         seeds[r["method"]].add(r["seed"])
-    header = ["method", "lr", "seeds"] + [c[0] for c in cols]
-    header += ["train minutes (median)", "steps to fit (per seed)"] if with_fit else []
+    header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train minutes (median)"] if with_fit else [])
+    header += ["steps to fit (per seed)"] if fit_steps else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     train_length = rows[0]["config"]["length"]
     for method in ordered({r["method"] for r in rows}):
         cells = [label(method) + (" †" if method in unfit else ""), f"{lr[method]:g}", str(len(seeds[method]))]
         cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
         if with_fit:
-            minutes = seconds[(method, "validation", train_length)]
-            cells.append(f"{statistics.median(minutes) / 60:.1f}" if minutes else "n/a")
+            minutes = sorted(s / 60 for s in seconds[(method, "validation", train_length)])
+            cells.append(f"{minutes[len(minutes) // 2]:.1f}" if minutes else "n/a")  # the upper median
+        if fit_steps:
             cells.append(steps_to_fit_cell(fit_steps.get(method, [])))
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -140,15 +140,17 @@ def run_comparison(
 ) -> Path:
     """Run (or finish) the comparison; write results.jsonl (and with a sweep sweep.jsonl and
     selected_lrs.json) and run.json to ``out``. The caller writes the page."""
+    swept = bool(lrs) and len(lrs) > 1
+    if fit_accuracy is not None and not 0.0 <= fit_accuracy <= 1.0:
+        raise ValueError(f"--fit-accuracy = {fit_accuracy}; expected a number in [0, 1] (0: train every step)")
+    if sweep_seeds is not None and not swept:
+        raise ValueError("--sweep-seeds sets the seeds of a learning-rate sweep; expected --lrs with 2 or more rates")
     preset, methods, seeds, out = plan_comparison(
         experiment or f"bench_{task_name}", presets, preset_name, methods, list(ATTENTION_KINDS), seeds, steps, lrs, out
     )
-    swept = bool(lrs) and len(lrs) > 1
-    sweep_seeds = list(seeds if sweep_seeds is None or not swept else sweep_seeds)
-    if not sweep_seeds:
-        raise ValueError("--sweep-seeds: expected at least one seed")
-    if fit_accuracy is not None and not 0.0 <= fit_accuracy <= 1.0:
-        raise ValueError(f"--fit-accuracy = {fit_accuracy}; expected a number in [0, 1] (0: train every step)")
+    sweep_seeds = list(seeds if sweep_seeds is None else sweep_seeds)
+    if not sweep_seeds or not set(sweep_seeds) <= set(seeds):
+        raise ValueError(f"--sweep-seeds = {sweep_seeds}; expected some of the seeds {seeds}")
 
     def run(method: str, lr: float, seed: int) -> list[dict]:
         config = run_config(task_name, preset, method, lr, seed, steps, device, fit_accuracy)

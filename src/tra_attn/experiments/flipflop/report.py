@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import defaultdict
 from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
-from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
+from ..bench.report import accuracy_table
+from ..fit import FIT_ACCURACY, unfit_methods
 from ..tables import (
+    collect,
     color,
-    fmt,
     label,
     learning_rate_note,
     mean_std,
@@ -43,38 +43,9 @@ def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
     return cols
 
 
-def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
-    table = defaultdict(list)
-    for r in rows:
-        if r["metric"] == metric:
-            table[(r["method"], r["split"], r["length"])].append(r["value"])
-    return table
-
-
 def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
-    cols = flipflop_columns(rows)
-    unfit = unfit_methods(rows)
-    values = collect(rows, metric)
-    seconds = collect(rows, "train_seconds")
-    lr = {r["method"]: r["lr"] for r in rows}
-    seeds = defaultdict(set)
-    for r in rows:
-        seeds[r["method"]].add(r["seed"])
-    fit_steps = steps_to_fit(rows) if with_time else {}
-    header = ["method", "lr", "seeds"] + [c[0] for c in cols] + (["train minutes (median)"] if with_time else [])
-    header += ["steps to fit (per seed)"] if fit_steps else []
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method in ordered({r["method"] for r in rows}):
-        name = label(method) + (" †" if method in unfit else "")
-        cells = [name, f"{lr[method]:g}", str(len(seeds[method]))]
-        cells += [fmt(values[(method, split, length)]) for _, split, length in cols]
-        if with_time:
-            minutes = sorted(s / 60 for s in seconds[(method, "validation", cols[0][2])])
-            cells.append(f"{minutes[len(minutes) // 2]:.1f}" if minutes else "n/a")
-        if fit_steps:
-            cells.append(steps_to_fit_cell(fit_steps.get(method, [])))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    """The accuracy table of every procedural task (``bench/report.py``) with flip-flop's columns."""
+    return accuracy_table(rows, metric, with_time, flipflop_columns(rows))
 
 
 def data_statistics_table(rows: list[dict]) -> list[str]:
