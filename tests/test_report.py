@@ -84,6 +84,8 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         ("flipflop_cpu", "flipflop", "![accuracy"),
         ("lm_austen", "lm", "![bits per byte"),
         ("tra_on_text", "lm", "![bits per byte"),
+        ("suite_cpu", "bench", "![accuracy"),
+        ("suite_cpu_cap3000", "bench", "![accuracy"),
     ],
 )
 def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, experiment, image):

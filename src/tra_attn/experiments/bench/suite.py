@@ -32,6 +32,6 @@ def run_suite(preset_name: str = "cpu", tasks=None, out: str | Path | None = Non
         run_comparison(task, PRESETS[task], preset_name, out=out / task, command=command, **kwargs)
         write_report(out / task)
     write_jsonl(out / "results.jsonl", [row for task in tasks for row in read_jsonl(out / task / "results.jsonl")])
-    preset = PRESETS[tasks[0]][preset_name].description
+    preset = f"{preset_name}: {PRESETS[tasks[0]][preset_name].description}"
     atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
     return write_report(out)
