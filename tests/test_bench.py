@@ -15,6 +15,8 @@ from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell, unfit_meth
 from tra_attn.utils.jsonl import read_jsonl
 
 SWEEP = ["--lrs", "1e-3", "3e-3"]
+TINY_SUITE = ["bench", "--suite", "--tasks", "mqar", "majority", "--preset", "tiny", "--methods", "tra", "nope"]
+TINY_SUITE += [*SWEEP, "--seeds", "0", "1", "--sweep-seeds", "0", "--no-progress"]
 
 
 def run(argv, capsys):
@@ -27,9 +29,7 @@ def run(argv, capsys):
 def suite(tmp_path_factory):
     """A tiny suite of two tasks: rates 1e-3 and 3e-3 swept on seed 0, then seed 1 at the selected rate."""
     out = tmp_path_factory.mktemp("suite")
-    argv = ["bench", "--suite", "--tasks", "mqar", "majority", "--preset", "tiny", "--methods", "tra", "nope"]
-    argv += ["--lrs", "1e-3", "3e-3", "--seeds", "0", "1", "--sweep-seeds", "0", "--out", out, "--no-progress"]
-    assert main([str(a) for a in argv]) == 0
+    assert main([str(a) for a in [*TINY_SUITE, "--out", out]]) == 0
     return out
 
 
@@ -75,9 +75,7 @@ def test_runs_trained_to_fit_record_their_steps(suite):
 def test_a_second_run_trains_nothing_and_report_rebuilds_the_same_page(suite, capsys):
     before = {p: p.stat().st_mtime_ns for p in suite.glob("*/runs/*/*/eval.jsonl")}
     page = (suite / "results.md").read_text()
-    argv = ["bench", "--suite", "--tasks", "mqar", "majority", "--preset", "tiny", "--methods", "tra", "nope"]
-    argv += ["--lrs", "1e-3", "3e-3", "--seeds", "0", "1", "--sweep-seeds", "0", "--out", suite, "--no-progress"]
-    assert run(argv, capsys)[0] == 0
+    assert run([*TINY_SUITE, "--out", suite], capsys)[0] == 0
     assert {p: p.stat().st_mtime_ns for p in suite.glob("*/runs/*/*/eval.jsonl")} == before
     assert (suite / "results.md").read_text() == page
     assert run(["report", suite], capsys)[0] == 0

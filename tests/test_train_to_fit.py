@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.test_cli import TINY_TRAIN
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.cli import main
 from tra_attn.training import TrainConfig, train
@@ -174,32 +175,7 @@ def test_a_version_3_config_loads_with_fit_accuracy_zero():
 
 
 def test_cli_train_accepts_fit_accuracy(tmp_path, capsys):
-    argv = [
-        "train",
-        "--out",
-        tmp_path,
-        "--d-model",
-        "16",
-        "--n-layers",
-        "1",
-        "--n-heads",
-        "2",
-        "--length",
-        "16",
-        "--steps",
-        "6",
-        "--batch-size",
-        "4",
-        "--eval-every",
-        "3",
-        "--eval-sequences",
-        "8",
-        "--checkpoint-every",
-        "3",
-        "--no-progress",
-        "--fit-accuracy",
-        "0.3",
-    ]
+    argv = ["train", "--out", tmp_path, *TINY_TRAIN, "--fit-accuracy", "0.3"]
     assert main([str(a) for a in argv]) == 0
     capsys.readouterr()
     saved = json.loads((tmp_path / "train_config.json").read_text())
