@@ -12,6 +12,7 @@ from tra_attn.cli import main
 from tra_attn.experiments.bench.presets import PRESETS, SUITE_TASKS
 from tra_attn.experiments.bench.run import select_lrs
 from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell, unfit_methods
+from tra_attn.experiments.flipflop.presets import PRESETS as FLIPFLOP_PRESETS
 from tra_attn.utils.jsonl import read_jsonl
 
 SWEEP = ["--lrs", "1e-3", "3e-3"]
@@ -93,6 +94,27 @@ def test_one_task_and_flipflop_through_bench(tmp_path, capsys):
     assert "| iid 8x (512) |" in header
     code, out, _ = run(["bench", "--task", "flipflop", *argv, tmp_path / "ff"], capsys)
     assert code == 0 and (tmp_path / "ff" / "results.md").read_text().startswith("# Flip-flop language modelling")
+
+
+def test_a_page_without_a_sweep_says_where_its_learning_rates_came_from(tmp_path, capsys):
+    argv = ["bench", "--task", "majority", "--preset", "tiny", "--methods", "tra", "--no-progress", "--out"]
+    assert run([*argv, tmp_path / "preset"], capsys)[0] == 0
+    assert "Learning rates: the preset's." in (tmp_path / "preset" / "results.md").read_text()
+    assert run([*argv, tmp_path / "given", "--lrs", "2e-3"], capsys)[0] == 0
+    page = (tmp_path / "given" / "results.md").read_text()
+    assert "Learning rate: 0.002 for every method (given with --lrs; no sweep on validation data)." in page
+    assert "the preset's" not in page
+    source = FLIPFLOP_PRESETS["cpu"].learning_rate_source(None)
+    assert source.startswith("Learning rates: the preset's, each selected on held-out IID validation data")
+
+
+def test_a_flipflop_page_trained_to_fit_states_the_rule_and_the_steps(tmp_path, capsys):
+    argv = ["flipflop", "--preset", "tiny", "--methods", "tra", "--no-progress", "--fit-accuracy", "0.99"]
+    assert run([*argv, "--out", tmp_path], capsys)[0] == 0
+    page = (tmp_path / "results.md").read_text()
+    assert "trained to fit: each run stops at the first validation (every 10 steps, 32 held-out sequences) " in page
+    assert "with full-sequence accuracy >= 0.99, at most 20 steps" in page
+    assert re.search(r"\| TRA( †)? \| 0\.003 \| 1 \| .* \| (never|\d+) \|$", page, re.M)
 
 
 def test_selection_treats_every_fitted_rate_as_equal_and_prefers_the_smallest():

@@ -81,6 +81,7 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
 @pytest.mark.parametrize(
     "name, experiment, image",
     [
+        ("flipflop_cpu_800", "flipflop", "![accuracy"),
         ("flipflop_cpu", "flipflop", "![accuracy"),
         ("lm_austen", "lm", "![bits per byte"),
         ("tra_on_text", "lm", "![bits per byte"),

@@ -12,8 +12,9 @@ class Preset:
     """``model`` and ``train`` are ModelConfig and TrainConfig fields, ``task_args`` the task's parameters.
 
     ``lrs``: validated learning rates per method; a method without one uses ``lr`` if set, else its
-    registry default (so a newly registered kind runs with no preset change). With ``fit_accuracy`` in
-    ``train`` the runs train to fit and ``steps`` is the cap (TrainConfig.fit_accuracy).
+    registry default (so a newly registered kind runs with no preset change); ``lrs_source`` says where the
+    validated rates come from (it goes on the page). With ``fit_accuracy`` in ``train`` the runs train to
+    fit and ``steps`` is the cap (TrainConfig.fit_accuracy).
     """
 
     model: dict
@@ -24,6 +25,13 @@ class Preset:
     task_args: dict = field(default_factory=dict)
     lrs: dict[str, float] = field(default_factory=dict)
     lr: float | None = None
+    lrs_source: str = ""
 
     def lr_for(self, method: str) -> float:
         return preset_lr(self.lrs, self.lr, method)
+
+    def learning_rate_source(self, lrs: list[float] | None) -> str:
+        """How a run without a sweep got its learning rates, for the page: one given rate, or the preset's."""
+        if lrs:
+            return f"Learning rate: {lrs[0]:g} for every method (given with --lrs; no sweep on validation data)."
+        return f"Learning rates: the preset's{', ' + self.lrs_source if self.lrs_source else ''}."

@@ -86,15 +86,19 @@ def write_selection(
     command: str,
     preset: str,
     sweep_rows: list[dict] | None = None,
+    learning_rates: str = "",
 ):
     """results.jsonl (the rows of each method's selected learning rate), and with a sweep of several rates
     sweep.jsonl (the sweep's rows: ``sweep_rows``, default every row) and selected_lrs.json; run.json records
-    the command and the preset."""
+    the command, the preset and, without a sweep, where the learning rates came from (``learning_rates``)."""
     write_jsonl(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
     if swept:
         write_jsonl(out / "sweep.jsonl", rows if sweep_rows is None else sweep_rows)
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
-    atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
+    recorded = {"command": command, "preset": preset}
+    if learning_rates and not swept:
+        recorded["learning_rates"] = learning_rates
+    atomic_write_text(out / "run.json", json.dumps(recorded))
 
 
 def comparison_arguments(args: argparse.Namespace) -> dict:

@@ -57,8 +57,12 @@ def read_results(out: Path, producer: str, upgrade=lambda rows: rows) -> tuple[l
     rows = upgrade(read_jsonl(out / "results.jsonl"))
     if not rows:
         raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `{producer} --out {out}` first")
-    recorded = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
-    return rows, recorded
+    return rows, recorded_run(out)
+
+
+def recorded_run(out: Path) -> dict:
+    """out/run.json (the command, the preset, and where the learning rates came from), or {}."""
+    return json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
 
 
 def report_command(out: Path, notes, markdown: Path) -> str:
@@ -82,6 +86,9 @@ def page_header(title: str, command: str, regenerate: str, rows: list[dict], pre
         f"Preset: {preset}" if preset else "",
         "",
     ]
+
+
+PRESET_LEARNING_RATES = "Learning rates: the preset's."  # the note of pages whose run.json does not say
 
 
 def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agreed: str, without_sweep: str) -> str:

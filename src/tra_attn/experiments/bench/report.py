@@ -17,6 +17,7 @@ from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
 from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
 from ..tables import (
+    PRESET_LEARNING_RATES,
     collect,
     color,
     fmt,
@@ -26,6 +27,7 @@ from ..tables import (
     ordered,
     page_header,
     read_results,
+    recorded_run,
     report_command,
     sweep_table,
     variant_lines,
@@ -132,17 +134,22 @@ def plot_accuracy(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def budget_phrase(config: dict) -> str:
+    """'N steps', or for a run trained to fit, when it stops and its cap."""
+    if not config.get("fit_accuracy"):
+        return f"{config['steps']} steps"
+    return (
+        f"trained to fit: each run stops at the first validation (every {config['eval_every']} steps, "
+        f"{config['eval_sequences']} held-out sequences) with full-sequence accuracy >= {config['fit_accuracy']}, "
+        f"at most {config['steps']} steps"
+    )
+
+
 def recipe_line(rows: list[dict]) -> str:
     config = rows[0]["config"]
     model = config["model"]
     args = ", ".join(f"{k}={json.dumps(v)}" for k, v in config["task_args"].items()) or "its defaults"
-    fit = (
-        f"trained to fit: each run stops at the first validation (every {config['eval_every']} steps, "
-        f"{config['eval_sequences']} held-out sequences) with full-sequence accuracy >= {config['fit_accuracy']}, "
-        f"at most {config['steps']} steps"
-        if config.get("fit_accuracy")
-        else f"{config['steps']} steps"
-    )
+    fit = budget_phrase(config)
     return (
         f"Task `{config['task']}` ({args}), {config['length']}-token training sequences. Model: "
         f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
@@ -154,15 +161,17 @@ def recipe_line(rows: list[dict]) -> str:
     )
 
 
-def task_section(rows: list[dict], sweep: list[dict], selected: dict, plot: Path, page: Path, level: str) -> list[str]:
-    """Tables, plot, test data and sweep of one task."""
+def task_section(
+    rows: list[dict], sweep: list[dict], selected: dict, learning_rates: str, plot: Path, page: Path, level: str
+) -> list[str]:
+    """Tables, plot, test data and sweep of one task (``learning_rates``: where the rates came from, if no sweep)."""
     lr_note = learning_rate_note(
         rows,
         sweep,
         selected,
         agreed="Each method's learning rate is the one selected on held-out validation data (training "
         "distribution) by the sweep below, never on the test splits.",
-        without_sweep="Learning rates: the preset's.",
+        without_sweep=learning_rates,
     )
     lines = [recipe_line(rows) + " " + lr_note, ""]
     lines += [f"{level} Full-sequence accuracy (mean ± std over seeds)", "", *accuracy_table(rows), ""]
@@ -230,11 +239,12 @@ def write_report(
         folder = out / task if suite else out
         sweep = read_jsonl(folder / "sweep.jsonl")
         selected = json.loads((folder / "selected_lrs.json").read_text()) if sweep else {}
+        learning_rates = recorded_run(folder).get("learning_rates", PRESET_LEARNING_RATES)
         plot = folder / "accuracy.png"
         plot_accuracy(task_rows, plot)
         if suite:
             lines += [f"## {task}", ""]
-        lines += task_section(task_rows, sweep, selected, plot, markdown, "###" if suite else "##")
+        lines += task_section(task_rows, sweep, selected, learning_rates, plot, markdown, "###" if suite else "##")
     if notes:
         lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
     atomic_write_text(markdown, "\n".join(lines))

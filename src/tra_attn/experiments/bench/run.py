@@ -165,5 +165,7 @@ def run_comparison(
         for seed in seeds:
             if seed not in sweep_seeds:
                 rows += run(method, selected[method], seed)
-    write_selection(out, rows, selected, swept, command, f"{preset_name}: {preset.description}", sweep_rows=sweep)
+    description = f"{preset_name}: {preset.description}"
+    source = preset.learning_rate_source(lrs)
+    write_selection(out, rows, selected, swept, command, description, sweep_rows=sweep, learning_rates=source)
     return out

@@ -13,9 +13,10 @@ from pathlib import Path
 from ...data.synthetic.flipflop import FlipFlop
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
-from ..bench.report import accuracy_table
+from ..bench.report import accuracy_table, budget_phrase
 from ..fit import FIT_ACCURACY, unfit_methods
 from ..tables import (
+    PRESET_LEARNING_RATES,
     collect,
     color,
     label,
@@ -46,6 +47,22 @@ def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
 def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
     """The accuracy table of every procedural task (``bench/report.py``) with flip-flop's columns."""
     return accuracy_table(rows, metric, with_time, flipflop_columns(rows))
+
+
+def training_phrase(config: dict) -> str:
+    """The recipe: a fixed number of steps, or trained to fit within a cap (then the schedule spans the cap)."""
+    data = f"{config['length']}-token FFL({config['task_args']['p_ignore']}) sequences"
+    optimiser = f"AdamW (weight decay {config['weight_decay']}), cosine schedule"
+    clip = f"gradient clipping {config['grad_clip'] or 'off'}"
+    if not config.get("fit_accuracy"):
+        return (
+            f"training: {config['steps']} steps of batch {config['batch_size']} on {data}, {optimiser} "
+            f"with {config['warmup_steps']} warm-up steps, {clip}"
+        )
+    return (
+        f"training: batch {config['batch_size']} of {data}, {optimiser} over the cap with "
+        f"{config['warmup_steps']} warm-up steps, {clip}; {budget_phrase(config)}"
+    )
 
 
 def data_statistics_table(rows: list[dict]) -> list[str]:
@@ -134,6 +151,7 @@ def write_report(
     out = Path(out)
     rows, recorded = read_results(out, "tra flipflop", upgrade_rows)
     command, preset = command or recorded.get("command", ""), preset or recorded.get("preset", "")
+    learning_rates = recorded.get("learning_rates", PRESET_LEARNING_RATES)
     markdown = Path(markdown) if markdown else out / "results.md"
     plot = out / "accuracy.png"
     plot_flipflop(rows, plot)
@@ -146,8 +164,9 @@ def write_report(
         selected,
         agreed="The learning rate of every method is the one selected on a held-out IID validation set by the "
         "sweep below, never on the test splits.",
-        without_sweep="Learning rates: the preset's.",
+        without_sweep=learning_rates,
     )
+    budget = "step cap" if config.get("fit_accuracy") else "step budget"
     variants = variant_lines({r["method"] for r in rows})
     variants_note = " (and, for a named variant, the fields listed under Variants)" if variants else ""
     title = "Flip-flop language modelling: TRA, ablations and baselines"
@@ -156,11 +175,8 @@ def write_report(
         f"Model: {config['model']['n_layers']} layer{'s' * (config['model']['n_layers'] != 1)}, "
         f"d_model {config['model']['d_model']}, "
         f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
-        f"training: {config['steps']} steps of batch {config['batch_size']} on {config['length']}-token "
-        f"FFL({config['task_args']['p_ignore']}) sequences, AdamW (weight decay {config['weight_decay']}), "
-        "cosine schedule "
-        f"with {config['warmup_steps']} warm-up steps, gradient clipping {config['grad_clip'] or 'off'}. "
-        f"Every method shares the model, data, seeds and step budget; only the attention differs{variants_note}. "
+        f"{training_phrase(config)}. "
+        f"Every method shares the model, data, seeds and {budget}; only the attention differs{variants_note}. "
         f"{lr_note}",
         "",
         "## Full-sequence accuracy (mean ± std over seeds)",
@@ -175,8 +191,8 @@ def write_report(
         *(
             [
                 f"† did not fit the training task: final validation (IID) full-sequence accuracy below "
-                f"{FIT_ACCURACY} in at least one seed. With the shared budget and learning-rate sweep this is a "
-                "fitting failure, not evidence about generalisation.",
+                f"{FIT_ACCURACY} in at least one seed. With the shared budget and learning rates chosen on "
+                "validation data this is a fitting failure, not evidence about generalisation.",
                 "",
             ]
             if unfit_methods(rows)
