@@ -83,6 +83,7 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
     [
         ("flipflop_cpu_800", "flipflop", "![accuracy"),
         ("flipflop_cpu", "flipflop", "![accuracy"),
+        ("flipflop_cpu_resweep", "flipflop", "![accuracy"),
         ("lm_austen", "lm", "![bits per byte"),
         ("tra_on_text", "lm", "![bits per byte"),
         ("suite_cpu", "bench", "![accuracy"),

@@ -11,7 +11,9 @@ PRESETS = {
     # Trained to fit (validation full-sequence accuracy 0.99, checked every 100 steps) within 2000 steps.
     # Learning rates per method: the selection on validation data of the 800-step sweep
     # `tra flipflop --lrs 1e-3 3e-3 1e-2 --seeds 0 --steps 800 --fit-accuracy 0 --out results/flipflop_cpu_800`
-    # (its selected_lrs.json).
+    # (its selected_lrs.json); then, for RoPE and CoPE, the selection of the sweep under this preset
+    # `tra flipflop --methods rope cope --lrs 1e-3 3e-3 --seeds 0 --out results/flipflop_cpu_resweep`
+    # (CoPE: 3e-3 at 800 steps, 1e-3 now).
     "cpu": Preset(
         task_args=TASK_ARGS,
         model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
@@ -33,12 +35,14 @@ PRESETS = {
             "rope": 3e-3,
             "alibi": 1e-3,
             "fox": 1e-3,
-            "cope": 3e-3,
+            "cope": 1e-3,
             "tra_keygate": 1e-3,
             "tra_nothreshold": 1e-3,
             "tra_nodistance": 1e-3,
         },
-        lrs_source="each selected on held-out IID validation data by the 800-step sweep of results/flipflop_cpu_800.md",
+        lrs_source="each selected on held-out IID validation data by the 800-step sweep of results/flipflop_cpu_800.md "
+        "and, for RoPE and CoPE, by the train-to-fit sweep of "
+        "results/flipflop_cpu_resweep.md",
         seeds=(0,),
         eval_sequences=1000,
         description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64, trained to fit (validation "
