@@ -12,7 +12,7 @@ from tra_attn import ModelConfig, TransformerLM
 from tra_attn.cli import main
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state
-from tra_attn.training.loop import VALIDATION_SEED, validate
+from tra_attn.training.validator import VALIDATION_SEED, validate
 from tra_attn.utils.jsonl import read_jsonl
 
 FIT = 0.6  # well above the first validation's full-sequence accuracy, reached a few validations later
