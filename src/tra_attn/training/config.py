@@ -163,10 +163,6 @@ class TrainConfig:
     def task_instance(self):
         return make_task(self.task, **self.task_args)
 
-    @property
-    def micro_batch_size(self) -> int:
-        return self.batch_size // self.grad_accum
-
     def to_dict(self) -> dict:
         return {"version": VERSION, **dataclasses.asdict(self)}
 
