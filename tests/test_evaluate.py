@@ -1,4 +1,5 @@
-"""Masked-sequence metrics on hand-made flip-flop cases: an exact solver with injected mistakes."""
+"""Masked-sequence metrics on hand-made flip-flop cases (an exact solver with injected mistakes), and the
+evaluation of a trained checkpoint."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from tests.test_train import tiny
+from tra_attn import ModelConfig
 from tra_attn.data import split_sequences
+from tra_attn.data.synthetic import majority
 from tra_attn.data.synthetic.flipflop import ONE, READ, VOCAB_SIZE, WRITE, ZERO, FlipFlop, split_params
 from tra_attn.metrics import eval_batch_size, sequence_metrics
+from tra_attn.training import train
+from tra_attn.training.evaluation import evaluate_checkpoint
 
 
 class FlipFlopSolver(nn.Module):
@@ -88,3 +94,13 @@ def test_evaluation_batches_are_sized_per_attention_kind():
     assert eval_batch_size(tra, 128) == 128 and eval_batch_size(cope, 128) == 64
     assert eval_batch_size(tra, 512) == 32 and eval_batch_size(cope, 512) == 4
     assert eval_batch_size(tra, 1024) == 16 and eval_batch_size(cope, 1024) == 1
+
+
+def test_naming_the_runs_own_task_keeps_its_task_arguments(tmp_path):
+    """`tra eval --task` with the run's own task evaluates the splits of the run's task arguments (3 marked
+    bits here, not majority's default 7), as without --task."""
+    model = ModelConfig(vocab_size=majority.VOCAB_SIZE, d_model=16, n_layers=1, n_heads=2, attention="tra")
+    config = tiny(task="majority", task_args={"num_marked": 3}, model=model, length=64, steps=2, eval_every=0)
+    train(config, tmp_path, progress=False)
+    rows = evaluate_checkpoint(tmp_path, sequences=8)
+    assert evaluate_checkpoint(tmp_path, sequences=8, task="majority") == rows

@@ -238,7 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
     ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
     ev.add_argument(
-        "--task", choices=sorted(TASKS), help="task, for a model saved without a training config (default: its run's)"
+        "--task",
+        choices=sorted(TASKS),
+        help="task, for a model saved without a training config; the run's own keeps its task arguments, another "
+        "takes its defaults (default: its run's)",
     )
     ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")

@@ -35,7 +35,8 @@ def evaluate_checkpoint(
 ) -> list[dict]:
     """Rows for a checkpoint: its task's standard test splits around its training length, or the
     sequences of a text file (``data``). A model saved with ``save_pretrained`` alone has no training
-    config, so it needs ``task`` (and ``length`` unless ``data`` is given)."""
+    config, so it needs ``task`` (and ``length`` unless ``data`` is given). ``task`` naming the run's own
+    task keeps the run's task arguments; another task is built with its defaults."""
     check_device(device)
     if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length <= 0):
         raise ValueError(f"length = {length!r}; expected a positive number of tokens (the training length)")
@@ -48,7 +49,9 @@ def evaluate_checkpoint(
     task_name = task or train_config.get("task")
     if task_name is None:
         raise ValueError(f"{path} has no training config to take the task from; pass --task")
-    the_task = make_task(task_name, **train_config.get("task_args", {})) if task is None else make_task(task_name)
+    # The run's own task keeps the run's arguments; another task (or a model without a run) takes its defaults.
+    own_task = task_name == train_config.get("task")
+    the_task = make_task(task_name, **(train_config.get("task_args", {}) if own_task else {}))
     length = length or train_config.get("length")
     if data is None and length is None:
         raise ValueError(f"{path} has no training config to take the sequence length from; pass --length")
