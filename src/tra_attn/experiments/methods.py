@@ -161,7 +161,7 @@ for _row in (
         "#c7c7c7",
         description="threshold warm-up: every key kept at first, rising in 4 stages to the exact threshold 0 "
         "at step 150",
-        train={"tra_threshold_warmup": 150},
+        model={"tra_threshold_warmup": 150},
     ),
 ):
     register_method(_row)
