@@ -29,13 +29,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tra_attn.experiments.variants import resolve_method  # noqa: E402
+from tra_attn.experiments.methods import resolve_method  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
 
 
 def config(args, method: str, length: int) -> dict:
-    """The training config of ``method``: an attention kind or a named variant (experiments/variants.py)."""
+    """The training config of ``method``: an attention kind or a named variant (experiments/methods.py)."""
     variant = resolve_method(method)
     d_model, n_layers, n_heads = args.model
     model = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "vocab_size": 256, "dropout": 0.0}

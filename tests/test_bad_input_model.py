@@ -178,8 +178,8 @@ def test_a_cache_refuses_extras_it_was_not_built_with():
     "kind,error,pattern",
     [
         ("not a kind", TypeError, r"register_attention: kind = 'not a kind'; expected an AttentionKind"),
-        (AttentionKind("x", int, "X", "#000000"), TypeError, r"x\.cls = <class 'int'>; expected an Attention subclass"),
-        (AttentionKind("nope", type(small().blocks[0].attn), "N", "#0"), ValueError, r"'nope' is already registered"),
+        (AttentionKind("x", int), TypeError, r"x\.cls = <class 'int'>; expected an Attention subclass"),
+        (AttentionKind("nope", type(small().blocks[0].attn)), ValueError, r"'nope' is already registered"),
     ],
 )
 def test_bad_registrations(kind, error, pattern):

@@ -1,5 +1,6 @@
-"""The harness as a whole: one registry entry per attention kind, no task in generic rooms, no graph
-breaks in the forward, the model's own loss, preallocated caches, and results unchanged since 0.1."""
+"""The harness as a whole: one registry entry per attention kind, one table row per method, no task in
+generic rooms, no graph breaks in the forward, the model's own loss, preallocated caches, and results
+unchanged since 0.1."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import torch
 import torch.nn.functional as F
 
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
-from tra_attn.cli import build_parser
+from tra_attn.cli import build_parser, main
+from tra_attn.experiments.methods import (
+    Method,
+    method_names,
+    preset_lr,
+    register_method,
+    resolve_method,
+    unregister_method,
+)
+from tra_attn.experiments.tables import color, label, ordered
 from tra_attn.layers import Attention, unregister_attention
 from tra_attn.models import IGNORE_INDEX, loss
 from tra_attn.ops.causal import causal_sdpa
@@ -32,10 +42,19 @@ class HalfScaleNoPE(Attention):
 
 
 @pytest.fixture
-def half_scale_kind():
-    kind = register_attention(AttentionKind("half_scale_nope", HalfScaleNoPE, "NoPE, half scale", "#17becf"))
+def half_scale_layer():
+    """The new kind registered as a layer only: no row in the method table."""
+    kind = register_attention(AttentionKind("half_scale_nope", HalfScaleNoPE))
     yield kind
     unregister_attention(kind.name)
+
+
+@pytest.fixture
+def half_scale_kind(half_scale_layer):
+    """The new kind with its method row (label, colour), as the README registers one."""
+    method = register_method(Method("half_scale_nope", "half_scale_nope", "NoPE, half scale", "#17becf"))
+    yield half_scale_layer
+    unregister_method(method.name)
 
 
 def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_end(half_scale_kind, tmp_path):
@@ -51,11 +70,67 @@ def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_e
     assert (out / "accuracy.png").stat().st_size > 0
 
 
+def test_a_kind_registered_without_a_method_row_is_a_method_under_its_own_name(half_scale_layer):
+    name = "half_scale_nope"
+    assert resolve_method(name) == Method(name, name, name, None) and name == method_names()[-1]
+    assert (label(name), color(name), preset_lr({}, None, name)) == (name, None, 1e-3)
+    assert ordered([name, "fox_paperblock", "tra"]) == ["tra", "fox_paperblock", name]
+
+
+def test_a_method_registered_in_a_test_file_runs_in_a_tiny_comparison(tmp_path):
+    """Adding a method is one row: here a TRA variant with its own label, colour and learning rate."""
+    register_method(
+        Method(
+            "tra_threshold-2",
+            "tra",
+            "TRA, threshold -2",
+            "#17becf",
+            lr=2e-3,
+            description="threshold -2 instead of 0",
+            model={"tra_threshold": -2.0},
+        )
+    )
+    argv = ["flipflop", "--preset", "tiny", "--methods", "tra_threshold-2", "--out", str(tmp_path), "--no-progress"]
+    try:
+        # Its rate is the row's where a preset has none; the tiny preset sets one for every method (3e-3).
+        assert (
+            preset_lr({}, None, "tra_threshold-2") == 2e-3 and preset_lr({"tra": 5e-3}, 1e-4, "tra_threshold-2") == 5e-3
+        )
+        assert main(argv) == 0
+    finally:
+        unregister_method("tra_threshold-2")
+    page = (tmp_path / "results.md").read_text()
+    assert re.search(r"\| TRA, threshold -2( †)? \| 0\.003 \| 1 \|", page)
+    assert "| tra_threshold-2 | TRA | threshold -2 instead of 0 | `tra_threshold=-2.0` |" in page
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert {(r["method"], r["config"]["model"]["tra_threshold"]) for r in rows} == {("tra_threshold-2", -2.0)}
+
+
 def test_registering_a_taken_name_or_a_non_layer_is_refused():
     with pytest.raises(ValueError, match=r"'tra' is already registered"):
-        register_attention(AttentionKind("tra", HalfScaleNoPE, "x", "#000000"))
+        register_attention(AttentionKind("tra", HalfScaleNoPE))
     with pytest.raises(TypeError, match=r"expected an Attention subclass"):
-        register_attention(AttentionKind("bad", torch.nn.Linear, "x", "#000000"))
+        register_attention(AttentionKind("bad", torch.nn.Linear))
+
+
+@pytest.mark.parametrize(
+    "method,error,pattern",
+    [
+        ("not a method", TypeError, r"register_method: method = 'not a method'; expected a Method"),
+        (Method("x", "mine", "X", None), ValueError, r"x\.attention = 'mine'; expected one of \['tra', "),
+        (
+            Method("fox", "tra", "X", None),
+            ValueError,
+            r"'fox' is an attention kind; expected its row to run it unchanged",
+        ),
+        (Method("x", "tra", "X", None, lr=0.0), ValueError, r"x\.lr = 0\.0; expected a finite positive learning rate"),
+        (Method("x", "tra", "X", None, model=[]), TypeError, r"x\.model and \.train = \[\], \{\}; expected dicts"),
+        (Method("tra_dense1", "tra", "X", None), ValueError, r"'tra_dense1' is already registered"),
+    ],
+)
+def test_bad_method_rows_are_refused(method, error, pattern):
+    with pytest.raises(error, match=pattern):
+        register_method(method)
 
 
 def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path):

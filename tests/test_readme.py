@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tra_attn.experiments.methods import unregister_method
 from tra_attn.layers import unregister_attention
 
 README = Path(__file__).parents[1] / "README.md"
@@ -24,6 +25,8 @@ def test_the_readme_examples_run_in_order(tmp_path, monkeypatch):
         for block in BLOCKS:
             exec(compile(block, str(README), "exec"), namespace)
     finally:
+        unregister_method("mine_paperblock")
+        unregister_method("mine")
         unregister_attention("mine")
     assert (tmp_path / "my_model" / "model.safetensors").is_file()
 

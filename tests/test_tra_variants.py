@@ -11,11 +11,11 @@ import re
 import pytest
 import torch
 
-from tra_attn import ModelConfig, TransformerLM
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.experiments.flipflop.presets import PRESETS
 from tra_attn.experiments.flipflop.run import run_config, run_flipflop
-from tra_attn.experiments.runs import check_methods, preset_lr
-from tra_attn.experiments.variants import VARIANTS, resolve_method
+from tra_attn.experiments.methods import METHODS, VARIANTS, preset_lr, resolve_method
+from tra_attn.experiments.runs import check_methods
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
 from tra_attn.training.threshold_warmup import lowered_threshold, tra_layers, warmup_threshold
@@ -149,13 +149,20 @@ def test_variants_resolve_to_their_kind_and_fields():
     )
     config = run_config(PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]
-    assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra")
+    assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra") == METHODS["tra"].lr
     assert (
         preset_lr({"tra": 5e-3}, 1e-4, "tra_dense1") == 5e-3
         and preset_lr({"tra_dense1": 2e-3}, None, "tra_dense1") == 2e-3
     )
     with pytest.raises(ValueError, match=r"unknown method\(s\) \['tra_sharp'\]; expected names from \[.*tra_warmup"):
         check_methods(["tra", "tra_sharp"])
+
+
+def test_every_built_in_kind_and_variant_has_a_row_with_its_own_colour():
+    assert set(ATTENTION_KINDS) <= set(METHODS) and set(VARIANTS) < set(METHODS)
+    assert all(METHODS[kind].attention == kind and not METHODS[kind].model for kind in ATTENTION_KINDS)
+    colours = [method.color for method in METHODS.values()]
+    assert None not in colours and len(set(colours)) == len(colours)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -9,15 +9,15 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..layers import ATTENTION_KINDS
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.jsonl import write_jsonl
 from ..utils.provenance import git_commit
-from .variants import VARIANTS, method_names, resolve_method
+from .methods import VARIANTS, method_names
+from .methods import preset_lr as preset_lr  # re-exported: the presets take their learning rates from here
 
 
 def check_methods(methods) -> list[str]:
-    """``methods`` as a list, or a ValueError naming those that are neither attention kinds nor variants."""
+    """``methods`` as a list, or a ValueError naming those that are not methods (experiments/methods.py)."""
     unknown = [m for m in methods if m not in method_names()]
     if unknown:
         raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {method_names()}")
@@ -67,17 +67,6 @@ def run_grid(preset, methods: list[str], lrs: list[float] | None, seeds: list[in
                 yield method, lr, seed
 
 
-def preset_lr(lrs: dict[str, float], lr: float | None, method: str) -> float:
-    """A preset's learning rate for ``method``: its validated one, else (for a named variant) its kind's
-    validated one, else the preset-wide one, else the registry default of its kind (so a newly registered
-    kind runs with no preset change)."""
-    kind = resolve_method(method).attention
-    for name in (method, kind):
-        if name in lrs:
-            return lrs[name]
-    return lr if lr is not None else ATTENTION_KINDS[kind].lr
-
-
 def write_selection(
     out: Path,
     rows: list[dict],
@@ -125,7 +114,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: dict, methods
     parser.add_argument(
         "--methods",
         nargs="+",
-        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/variants.py) to run "
+        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/methods.py) to run "
         f"(default: {methods})",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")

@@ -1,4 +1,4 @@
-"""Helpers shared by every experiment's report: method order, labels and colours from the registry,
+"""Helpers shared by every experiment's report: method order, labels and colours from the method table,
 mean ± std over seeds, the page header, the learning-rate note and the sweep table."""
 
 from __future__ import annotations
@@ -9,24 +9,24 @@ import statistics as stats
 from collections import defaultdict
 from pathlib import Path
 
-from ..layers import ATTENTION_KINDS
 from ..utils.jsonl import read_jsonl
+from .methods import METHODS, VARIANTS
 
 
 def ordered(methods) -> list[str]:
-    """Registry order (TRA, its ablations, baselines), then unregistered names alphabetically."""
-    known = [m for m in ATTENTION_KINDS if m in methods]
+    """The method table's order (TRA, its ablations, baselines, variants), then other names alphabetically."""
+    known = [m for m in METHODS if m in methods]
     return known + sorted(set(methods) - set(known))
 
 
 def label(method: str) -> str:
-    kind = ATTENTION_KINDS.get(method)
-    return kind.label if kind else method
+    """The method's label in tables and plots; a name without a row in the method table shows as itself."""
+    return METHODS[method].label if method in METHODS else method
 
 
 def color(method: str) -> str | None:
-    kind = ATTENTION_KINDS.get(method)
-    return kind.color if kind else None
+    """The method's plot colour; None (the plot's next colour) for a name without a row."""
+    return METHODS[method].color if method in METHODS else None
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -105,8 +105,6 @@ def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agre
 
 def variant_lines(methods) -> list[str]:
     """A "Variants" section describing the named variants among ``methods`` (none: no lines)."""
-    from .variants import VARIANTS
-
     named = [m for m in ordered(methods) if m in VARIANTS]
     if not named:
         return []

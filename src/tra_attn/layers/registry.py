@@ -1,8 +1,9 @@
-"""The attention registry: one entry per kind carries everything the model, the harness and reports need.
+"""The attention registry: one entry per kind says what the layer is (its class and capabilities).
 
 Adding a kind is one file with an ``Attention`` subclass and one ``register_attention(...)`` call
-(for the built-in kinds, a line in ``layers/__init__.py``). Experiments, evaluation batch sizing,
-tables and plots all read this registry; nothing else lists the kinds.
+(for the built-in kinds, a line in ``layers/__init__.py``). The model and evaluation batch sizing read
+this registry; how comparisons show and train a kind (label, colour, learning rate) is its row in the
+method table, ``experiments/methods.py``.
 """
 
 from __future__ import annotations
@@ -16,16 +17,12 @@ from .base import Attention
 class AttentionKind:
     """A registered attention kind.
 
-    name: the ``ModelConfig.attention`` string; cls: the layer class; label and color: how tables and
-    plots show it; lr: the default learning rate when an experiment has no validated one;
-    materializes_scores: whether the layer builds (B, H, S, S) tensors (sizes evaluation batches).
+    name: the ``ModelConfig.attention`` string; cls: the layer class; materializes_scores: whether the
+    layer builds (B, H, S, S) tensors (sizes evaluation batches).
     """
 
     name: str
     cls: type[Attention]
-    label: str
-    color: str
-    lr: float = 1e-3
     materializes_scores: bool = False
 
 

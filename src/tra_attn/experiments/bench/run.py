@@ -23,10 +23,10 @@ from ...training.evaluation import evaluate_checkpoint, result_rows
 from ...training.loop import METRICS_NAME
 from ...utils.jsonl import read_jsonl, write_jsonl
 from ..fit import FIT_ACCURACY
+from ..methods import resolve_method
 from ..preset import Preset
 from ..runs import plan_comparison, run_dir, write_selection
 from ..selection import select_lrs as select_best_lrs
-from ..variants import resolve_method
 
 
 def run_config(

@@ -16,9 +16,9 @@ from ...training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint, load_tr
 from ...training.evaluation import result_rows
 from ...training.loop import METRICS_NAME
 from ...utils.jsonl import read_jsonl, write_jsonl
+from ..methods import resolve_method
 from ..runs import plan_comparison, run_dir, run_grid, write_selection
 from ..selection import select_lrs
-from ..variants import resolve_method
 from .evaluate import evaluate_lm
 from .presets import DEFAULT_METHODS, PRESETS, Preset
 
