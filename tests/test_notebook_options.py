@@ -11,9 +11,10 @@ import torch.nn.functional as F
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes
-from tra_attn.ops.causal import causal_mask, causal_sdpa
+from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.cope import cope_attention
 from tra_attn.ops.fox import forgetting_attention
+from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.tra.naive import tra_naive
 
 KINDS = sorted(ATTENTION_KINDS)

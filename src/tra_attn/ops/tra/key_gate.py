@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .naive import compute_dtype, keep_mask, reverse_cumsum, softmax_weights
+from ..masks import compute_dtype
+from .naive import keep_mask, reverse_cumsum, softmax_weights
 
 
 def tra_key_gate_naive(
