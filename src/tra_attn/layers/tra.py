@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.tra import threshold_relative_attention
-from ..ops.tra.naive import tra_naive
 from .base import Attention
 from .norms import rms_normalize
 
@@ -80,9 +79,9 @@ class TRAAttention(Attention):
         return torch.cat([dense, sparse], dim=1)
 
     def op(self, q, k, v, log_gate, threshold: float) -> torch.Tensor:
-        """The TRA op on these heads: the materialised one when the logits are dropped (training with
-        attention_dropout), else the configured implementation."""
-        if self.logit_dropout():
-            return tra_naive(q, k, v, log_gate, self.head_dim**-0.5, threshold, self.logit_dropout())
+        """The TRA op on these heads, with the configured implementation (the materialised one when the
+        logits are dropped: training with attention_dropout)."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
-        return threshold_relative_attention(q, k, v, log_gate, threshold=threshold, impl=self.impl, validate=False)
+        return threshold_relative_attention(
+            q, k, v, log_gate, threshold=threshold, impl=self.impl, logit_dropout=self.logit_dropout(), validate=False
+        )
