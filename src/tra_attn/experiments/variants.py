@@ -35,7 +35,7 @@ VARIANTS: dict[str, Variant] = {
     "tra_warmup": Variant(
         "tra",
         "threshold warm-up: every key kept at first, rising in 4 stages to the exact threshold 0 at step 150",
-        train={"tra_threshold_warmup": 150},
+        model={"tra_threshold_warmup": 150},
     ),
     "tra_temperature": Variant(
         "tra", "a learned per-head factor on the scores, initialised to 1", model={"tra_learned_temperature": True}

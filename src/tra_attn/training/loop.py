@@ -43,7 +43,6 @@ from .distributed import Processes, join, leave
 from .interrupt import deferred_interrupts
 from .optim import build_optimizer, learning_rate
 from .sharding import SHARDED, full_weights, load_optimizer, save_optimizer, shard
-from .threshold_warmup import lowered_threshold
 
 ONE_PROCESS = Processes()
 VALIDATION_SEED = 1_000_000_007  # validation sequences never coincide with a training batch seed
@@ -190,6 +189,8 @@ def _restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, proc
         return model, build_optimizer(model, config), 0, 0.0, None
     saved_config, state, model = _load_latest(run_dir, checkpoint, device)
     _check_resumable(checkpoint, saved_config, config, state["step"])
+    if model.config != config.model:  # a version-4 run: its threshold warm-up is in train_config.json only
+        model = TransformerLM.from_pretrained(checkpoint, device=device, config=config.model)
     fit_step = state.get("fit_step")
     if fit_step is not None and processes.is_main:
         print(f"--resume: the run fitted at step {fit_step} (fit_accuracy = {config.fit_accuracy}); nothing to train")
@@ -349,8 +350,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                 inputs, labels = inputs_and_labels(training_batch(task, config, step))
                 optimizer.zero_grad(set_to_none=True)
                 _seed_step(config, step, processes)
-                with lowered_threshold(model, step, config.tra_threshold_warmup):
-                    loss = accumulate_gradients(step_model, config, inputs, labels, processes)
+                model.set_train_step(step)
+                loss = accumulate_gradients(step_model, config, inputs, labels, processes)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 step += 1
