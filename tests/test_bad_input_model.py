@@ -6,6 +6,7 @@ argument, shows the value and says what was expected."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -91,6 +92,14 @@ def test_the_registry_checks_run_where_models_and_runs_are_built(kwargs, pattern
         TransformerLM(config)
     with pytest.raises(ValueError, match=pattern):
         TrainConfig(task="flipflop", model=dataclasses.replace(config, vocab_size=6))
+
+
+def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
+    small().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "attention": "flash"}))
+    with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'flash'; expected one of \['tra'"):
+        TransformerLM.from_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize(
