@@ -48,7 +48,8 @@ def assert_close(actual, expected, atol, rtol=0.0, name=""):
 
 def naive_with_key_start(q, k, v, log_gate, scale, threshold, key_start):
     """Naive TRA in which query row r only sees keys j >= key_start[..., r]: what pruning computes."""
-    from tra_attn.ops.tra.naive import compute_dtype, keep_mask, masked_softmax, reverse_cumsum
+    from tra_attn.ops.masks import compute_dtype, masked_softmax
+    from tra_attn.ops.tra.naive import keep_mask, reverse_cumsum
 
     cdt = compute_dtype(q.dtype)
     qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)

@@ -26,7 +26,7 @@ def tmp(tmp_path, trained):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00w1r1")
     (tmp_path / "unknown_field.json").write_text(json.dumps({"epochs": 3}))
-    (tmp_path / "version5.json").write_text(json.dumps({"version": 5}))
+    (tmp_path / "version6.json").write_text(json.dumps({"version": 6}))
     (tmp_path / "model_list.json").write_text(json.dumps({"model": [1]}))
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "results.jsonl").write_text(json.dumps({"task": "sorting", "metric": "x"}) + "\n")
@@ -68,7 +68,7 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),
     (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
-    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version5.json"], r"version = 5; expected a version from 1 to 4"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version6.json"], r"version = 6; expected a version from 1 to 5"),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],
         r"ModelConfig: got list in --config; expected a JSON",

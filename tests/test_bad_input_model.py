@@ -5,13 +5,17 @@ argument, shows the value and says what was expected."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
 import torch
 
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
+from tra_attn.layers import check_model_config
 from tra_attn.layers.cache import LayerCache
+from tra_attn.training import TrainConfig
 
 KINDS = list(ATTENTION_KINDS)
 
@@ -35,9 +39,6 @@ def small(kind="tra", **overrides):
         ({"n_heads": -1}, r"ModelConfig\.n_heads = -1; expected a positive integer"),
         ({"cope_max_pos": 0}, r"ModelConfig\.cope_max_pos = 0; expected a positive integer"),
         ({"d_model": 18, "n_heads": 4}, r"ModelConfig\.d_model = 18; expected a multiple of n_heads = 4"),
-        ({"attention": "rope", "d_model": 6, "n_heads": 2}, r"d_model = 6; expected an even head dimension"),
-        ({"attention": "TRA"}, r"ModelConfig\.attention = 'TRA'; expected one of \['tra'"),
-        ({"attention": None}, r"ModelConfig\.attention = None; expected one of"),
         ({"block_style": "post"}, r"ModelConfig\.block_style = 'post'; expected 'prenorm' or 'paper'"),
         ({"dropout": 1.0}, r"ModelConfig\.dropout = 1\.0; expected a probability in \[0, 1\)"),
         ({"dropout": -0.1}, r"ModelConfig\.dropout = -0\.1; expected a probability"),
@@ -54,7 +55,8 @@ def small(kind="tra", **overrides):
         ({"gate_bias_init": "0"}, r"ModelConfig\.gate_bias_init = '0'; expected a finite number"),
         ({"tra_threshold": math.nan}, r"ModelConfig\.tra_threshold = nan; expected a number"),
         ({"tra_threshold": "0"}, r"ModelConfig\.tra_threshold = '0'; expected a number"),
-        ({"tra_impl": "cuda"}, r"ModelConfig\.tra_impl = 'cuda'; expected one of \('auto', 'naive'"),
+        ({"tra_threshold_warmup": -1}, r"ModelConfig\.tra_threshold_warmup = -1; expected a non-negative integer"),
+        ({"tra_threshold_warmup": 2.0}, r"ModelConfig\.tra_threshold_warmup = 2\.0; expected a non-negative integer"),
     ],
 )
 def test_bad_model_config(kwargs, pattern):
@@ -63,12 +65,50 @@ def test_bad_model_config(kwargs, pattern):
 
 
 @pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        (
+            {"attention": "rope", "d_model": 6, "n_heads": 2},
+            r"ModelConfig\.d_model = 6; expected an even head dimension",
+        ),
+        ({"attention": "TRA"}, r"ModelConfig\.attention = 'TRA'; expected one of \['tra'"),
+        ({"attention": None}, r"ModelConfig\.attention = None; expected one of"),
+        ({"attention": ["tra"]}, r"ModelConfig\.attention = \['tra'\]; expected one of"),
+        ({"tra_impl": "cuda"}, r"ModelConfig\.tra_impl = 'cuda'; expected one of \('auto', 'naive'"),
+        ({"attention": "tra_keygate", "tra_impl": "fast"}, r"ModelConfig\.tra_impl = 'fast'; expected one of"),
+        ({"attention": "fox", "tra_dense_heads": 1}, r"tra_dense_heads = 1; expected 0 for attention = 'fox', which"),
+        (
+            {"attention": "rope", "tra_threshold_warmup": 3},
+            r"tra_threshold_warmup = 3; expected 0 for attention = 'rope'",
+        ),
+    ],
+)
+def test_the_registry_checks_run_where_models_and_runs_are_built(kwargs, pattern):
+    """The config is data: it holds these values; building a model (or a run) refuses them."""
+    config = ModelConfig(**{"n_heads": 4, **kwargs})
+    with pytest.raises(ValueError, match=pattern):
+        check_model_config(config)
+    with pytest.raises(ValueError, match=pattern):
+        TransformerLM(config)
+    with pytest.raises(ValueError, match=pattern):
+        TrainConfig(task="flipflop", model=dataclasses.replace(config, vocab_size=6))
+
+
+def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
+    small().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "attention": "flash"}))
+    with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'flash'; expected one of \['tra'"):
+        TransformerLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
     "data,pattern",
     [
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 5}, r"ModelConfig: version = 5; expected a version from 1 to 4 \(newer files need a newer tra\)"),
+        ({"version": 6}, r"ModelConfig: version = 6; expected a version from 1 to 5 \(newer files need a newer tra\)"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],

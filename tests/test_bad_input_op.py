@@ -75,6 +75,11 @@ OPTION_CASES = [
     ({"prune_tau": math.inf}, r"prune_tau = inf; expected None or a finite positive number"),
     ({"prune_tau": math.nan}, r"prune_tau = nan; expected None or a finite positive number"),
     ({"prune_tau": "10"}, r"prune_tau = '10' \(a str\); expected None or a finite positive number"),
+    ({"logit_dropout": 1.0}, r"logit_dropout = 1\.0; expected a probability in \[0, 1\)"),
+    ({"logit_dropout": -0.1}, r"logit_dropout = -0\.1; expected a probability in \[0, 1\)"),
+    ({"logit_dropout": math.nan}, r"logit_dropout = nan; expected a probability"),
+    ({"logit_dropout": None}, r"logit_dropout = None \(a NoneType\); expected a probability"),
+    ({"logit_dropout": True}, r"logit_dropout = True \(a bool\); expected a probability"),
 ]
 
 

@@ -127,6 +127,8 @@ def test_bad_input_gets_clear_errors_and_conversion_leaves_nothing_half_written(
     ids = torch.randint(0, 40, (2, 5))
     with pytest.raises(ValueError, match="attention_mask has zeros; padding is not supported"):
         wrapper(ids, attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'flash'; expected one of \['tra'"):
+        TRAForCausalLM(TRAConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, attention="flash"))
     model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
     model.save_pretrained(tmp_path / "native")
     (tmp_path / "taken").mkdir()

@@ -9,12 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM, threshold_relative_attention
+from tra_attn.layers.norms import rms_normalize
 from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes
-from tra_attn.ops.causal import causal_mask, causal_sdpa
+from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.cope import cope_attention
 from tra_attn.ops.fox import forgetting_attention
-from tra_attn.ops.tra.naive import tra_naive
+from tra_attn.ops.masks import causal_mask
+from tra_attn.ops.tra.naive import keep_mask, tra_naive
 
 KINDS = sorted(ATTENTION_KINDS)
 P = 0.3  # large enough that every test row sees dropped logits
@@ -53,6 +55,52 @@ def test_tra_logit_dropout_equals_the_notebook_forward():
     assert ours[0, 0, 0].abs().max() == 0
     torch.manual_seed(6)
     assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P))
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked"])
+def test_the_op_drops_logits_on_the_naive_path_whatever_the_impl(impl):
+    q, k, v, log_gate = inputs()
+    torch.manual_seed(5)
+    ours = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P)
+    torch.manual_seed(5)
+    torch.testing.assert_close(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P), atol=1e-15, rtol=0)
+    assert not torch.allclose(ours, threshold_relative_attention(q, k, v, log_gate, impl=impl))
+    q[0, 1, 3, 0] = math.nan  # the op's non-finite rule holds with dropout too: that row is NaN, no other
+    out = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P)
+    assert out[0, 1, 3].isnan().all() and out.isnan().sum() == out.shape[-1]
+
+
+def autocast_inputs():
+    """Normalised q, k (as the TRA layer makes them) and v = identity, so that output row r holds row r's
+    attention weights: nonzero exactly on the kept keys (a dropped logit becomes 0, not -inf)."""
+    gen = torch.Generator().manual_seed(0)
+    s = 128
+    q, k = (rms_normalize(torch.randn(1, 2, s, s, generator=gen), 1e-6) for _ in range(2))
+    return q, k, torch.eye(s).expand(1, 2, s, s), torch.full((1, 2, s), -0.01)
+
+
+@pytest.mark.parametrize("caller", ["op", "tra", "tra_keygate"])
+def test_logit_dropout_under_bf16_autocast_keeps_the_fp32_keep_decisions(caller):
+    """The TRA layer's dropout path used to call tra_naive under the caller's autocast: its scores came from a
+    bf16 matmul, so bf16 training kept other keys than fp32 evaluation does (13 of 16512 causal decisions at
+    threshold 0.3 here). Through the op (and in the key-gate op) autocast is off: same output, same keys."""
+    q, k, v, log_gate = autocast_inputs()
+    threshold = 0.3
+    config = ModelConfig(d_model=256, n_heads=2, attention=caller if caller != "op" else "tra", attention_dropout=P)
+    layer = TransformerLM(config).blocks[0].attn  # in training mode: its logits are dropped
+    run = {
+        "op": lambda: threshold_relative_attention(q, k, v, log_gate, threshold=threshold, logit_dropout=P),
+        "tra": lambda: layer.op(q, k, v, log_gate, threshold),
+        "tra_keygate": lambda: layer.op(q, k, v, log_gate, threshold),
+    }[caller]
+    torch.manual_seed(3)
+    plain = run()
+    torch.manual_seed(3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = run()
+    torch.testing.assert_close(autocast, plain, atol=0, rtol=0)
+    scores = q.shape[-1] ** -0.5 * (q @ k.transpose(-1, -2))
+    assert torch.equal(autocast != 0, keep_mask(scores, threshold))
 
 
 def dropped(logits, keep, p):

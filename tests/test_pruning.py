@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from tra_attn import threshold_relative_attention
+from tra_attn.ops.masks import masked_softmax
 from tra_attn.ops.tra import tra_naive
 from tra_attn.ops.tra.chunked import chunked_forward_stats, tra_chunked
-from tra_attn.ops.tra.naive import keep_and_count, masked_softmax
+from tra_attn.ops.tra.naive import keep_and_count
 
 from .conftest import assert_close, naive_with_key_start, output_and_grads, tra_inputs
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.alibi import alibi_attention, alibi_slopes
-from tra_attn.ops.causal import causal_mask
 from tra_attn.ops.cope import contextual_positions
 from tra_attn.ops.fox import forgetting_attention
+from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.tra import keep_and_count
 
 from .conftest import assert_close, tra_inputs

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import pytest
 import torch
@@ -16,13 +17,16 @@ from tra_attn.experiments.flipflop.presets import PRESETS
 from tra_attn.experiments.flipflop.run import run_config, run_flipflop
 from tra_attn.experiments.methods import METHODS, VARIANTS, preset_lr, resolve_method
 from tra_attn.experiments.runs import check_methods
+from tra_attn.layers.tra import TRAAttention
+from tra_attn.layers.tra_warmup import warmup_threshold
 from tra_attn.training import TrainConfig, train
-from tra_attn.training.checkpoint import resolve_checkpoint
-from tra_attn.training.threshold_warmup import lowered_threshold, tra_layers, warmup_threshold
+from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
 
 
-def tiny(attention="tra", **overrides) -> TrainConfig:
-    model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=attention)
+def tiny(attention="tra", warmup=0, **overrides) -> TrainConfig:
+    model = ModelConfig(
+        vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=attention, tra_threshold_warmup=warmup
+    )
     base = dict(
         task="flipflop",
         task_args={"p_ignore": 0.8, "final_read": True},
@@ -49,22 +53,37 @@ def test_the_schedule_rises_in_four_stages_to_the_threshold():
     assert warmup_threshold(3, 4, -1.0, 4) == -1.5 and warmup_threshold(10, 0, 0.5, 4) == 0.5
 
 
-def test_the_lowered_threshold_is_restored_even_when_the_step_raises():
-    model = TransformerLM(ModelConfig(n_layers=2, d_model=32, n_heads=2, tra_threshold=0.25))
+def tra_layers(model) -> list[TRAAttention]:
+    return [m for m in model.modules() if isinstance(m, TRAAttention)]
+
+
+def test_the_layer_owns_the_warmup_training_forwards_are_staged_evaluation_is_exact():
+    torch.manual_seed(0)
+    config = dict(vocab_size=13, n_layers=2, d_model=32, n_heads=2)  # head_dim 16: sqrt 4
+    model = TransformerLM(ModelConfig(**config, tra_threshold=0.25, tra_threshold_warmup=10))
     layers = tra_layers(model)
-    assert len(layers) == 2
-    with pytest.raises(RuntimeError, match="boom"), lowered_threshold(model, 0, 10):
-        assert all(layer.threshold == 0.25 - 4.0 for layer in layers)
-        raise RuntimeError("boom")
-    assert all(layer.threshold == 0.25 for layer in layers)
-    with lowered_threshold(model, 10, 10):  # warm-up over: nothing changes
-        assert all(layer.threshold == 0.25 for layer in layers)
+    assert len(layers) == 2 and all(layer.current_threshold() == 0.25 for layer in layers)  # no step set yet
+    ids = torch.randint(0, 13, (2, 19))
+    lowered, exact = (TransformerLM(ModelConfig(**config, tra_threshold=t)) for t in (0.25 - 4.0, 0.25))
+    lowered.load_state_dict(model.state_dict()), exact.load_state_dict(model.state_dict())
+    model.set_train_step(0)
+    assert all(layer.current_threshold() == 0.25 - 4.0 for layer in layers)
+    torch.testing.assert_close(model(ids), lowered(ids), atol=0, rtol=0)
+    assert not torch.allclose(model(ids), exact(ids))
+    model.eval()  # validation and evaluation: the exact threshold, whatever the step
+    assert all(layer.current_threshold() == 0.25 for layer in layers)
+    torch.testing.assert_close(model(ids), exact.eval()(ids), atol=0, rtol=0)
+    model.train()
+    model.set_train_step(7)
+    assert all(layer.current_threshold() == warmup_threshold(7, 10, 0.25, 16) == 0.25 - 2.0 for layer in layers)
+    model.set_train_step(10)  # warm-up over
+    assert all(layer.current_threshold() == 0.25 for layer in layers)
 
 
 def test_the_first_stage_keeps_every_key_and_training_after_warmup_is_exact(tmp_path):
     """One step at threshold -sqrt(D) is one step of TRA without a threshold (every causal key kept);
     without the warm-up the same step differs; the checkpoint is a threshold-0 model."""
-    train(tiny(tra_threshold_warmup=4), tmp_path / "warm", progress=False)
+    train(tiny(warmup=4), tmp_path / "warm", progress=False)
     train(tiny("tra_nothreshold"), tmp_path / "all_keys", progress=False)
     train(tiny(), tmp_path / "exact", progress=False)
     warm, all_keys, exact = (weights(tmp_path / name) for name in ("warm", "all_keys", "exact"))
@@ -72,19 +91,61 @@ def test_the_first_stage_keeps_every_key_and_training_after_warmup_is_exact(tmp_
         torch.testing.assert_close(warm[name], all_keys[name], atol=1e-6, rtol=1e-6)
     assert any(not torch.allclose(warm[name], exact[name]) for name in warm)
     model = TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / "warm"))
-    assert all(layer.threshold == 0.0 for layer in tra_layers(model))
+    assert model.config.tra_threshold_warmup == 4
+    assert all(layer.threshold == 0.0 and layer.current_threshold() == 0.0 for layer in tra_layers(model))
 
 
 def test_warmup_needs_a_kind_with_a_threshold_and_old_configs_load_without_one():
     with pytest.raises(ValueError, match=r"tra_threshold_warmup = 5; expected 0 for attention = 'nope'"):
-        tiny("nope", tra_threshold_warmup=5)
+        tiny("nope", warmup=5)
     with pytest.raises(ValueError, match=r"tra_threshold_warmup = 5; expected 0 for attention = 'tra_nothreshold'"):
-        tiny("tra_nothreshold", tra_threshold_warmup=5)
+        tiny("tra_nothreshold", warmup=5)
     with pytest.raises(ValueError, match=r"tra_threshold_warmup = -1; expected a non-negative integer"):
-        tiny(tra_threshold_warmup=-1)
+        tiny(warmup=-1)
     data = {**tiny().to_dict(), "version": 2}
-    del data["tra_threshold_warmup"]
-    assert TrainConfig.from_dict(data).tra_threshold_warmup == 0
+    assert TrainConfig.from_dict(data).model.tra_threshold_warmup == 0
+
+
+def as_version_4(train_config: dict) -> dict:
+    """A version-5 TrainConfig dict as version 4 wrote it: the warm-up a training field, not a model one."""
+    model = dict(train_config["model"])
+    warmup = model.pop("tra_threshold_warmup")
+    return {**train_config, "version": 4, "tra_threshold_warmup": warmup, "model": model}
+
+
+def test_version_4_configs_move_the_warmup_into_the_model():
+    v4 = as_version_4(tiny(warmup=6).to_dict())
+    assert "tra_threshold_warmup" not in v4["model"]
+    loaded = TrainConfig.from_dict(v4)
+    assert loaded == tiny(warmup=6) and loaded.model.tra_threshold_warmup == 6
+    assert TrainConfig.from_dict(as_version_4(tiny().to_dict())) == tiny()
+    model_v4 = {**tiny(warmup=6).model.to_dict(), "version": 4}
+    del model_v4["tra_threshold_warmup"]
+    assert ModelConfig.from_dict(model_v4).tra_threshold_warmup == 0  # a model config of its own: no warm-up
+    with pytest.raises(ValueError, match=r"missing fields \['tra_threshold_warmup'\]"):
+        ModelConfig.from_dict({**model_v4, "version": 5})
+    with pytest.raises(ValueError, match=r"unknown fields \['tra_threshold_warmup'\]"):
+        TrainConfig.from_dict({**v4, "version": 5})
+
+
+def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
+    """A version-4 checkpoint holds the warm-up in train_config.json only (its config.json is a version-4
+    ModelConfig, without it): resumed mid-warm-up, it must train exactly as the run that never stopped."""
+    config = tiny(warmup=8, steps=8, checkpoint_every=4)
+    train(config, tmp_path / "straight", progress=False)
+    shutil.copytree(tmp_path / "straight", tmp_path / "v4")
+    halfway, last = list_checkpoints(tmp_path / "v4")
+    shutil.rmtree(last)
+    for path in (tmp_path / "v4" / "train_config.json", halfway / "train_config.json"):
+        path.write_text(json.dumps(as_version_4(json.loads(path.read_text()))))
+    model_json = json.loads((halfway / "config.json").read_text())
+    del model_json["tra_threshold_warmup"]
+    (halfway / "config.json").write_text(json.dumps({**model_json, "version": 4}))
+    saved = TrainConfig.from_dict(json.loads((halfway / "train_config.json").read_text()))
+    assert saved == config and TransformerLM.from_pretrained(halfway).config.tra_threshold_warmup == 0
+    train(saved, tmp_path / "v4", resume=True, progress=False)
+    resumed, straight = weights(tmp_path / "v4"), weights(tmp_path / "straight")
+    assert all(torch.equal(resumed[name], straight[name]) for name in straight)
 
 
 def layer_pair(kind: str, dense: int):
@@ -137,7 +198,7 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
 )
 def test_bad_dense_heads(overrides, pattern):
     with pytest.raises(ValueError, match=pattern):
-        ModelConfig(**{"n_heads": 4, **overrides})
+        TransformerLM(ModelConfig(**{"n_heads": 4, **overrides}))
 
 
 def test_variants_resolve_to_their_kind_and_fields():
@@ -145,7 +206,7 @@ def test_variants_resolve_to_their_kind_and_fields():
     config = run_config(PRESETS["tiny"], "tra_warmup", 1e-3, 0, None, "cpu")
     assert (
         config.model.attention == "tra"
-        and config.tra_threshold_warmup == VARIANTS["tra_warmup"].train["tra_threshold_warmup"]
+        and config.model.tra_threshold_warmup == VARIANTS["tra_warmup"].model["tra_threshold_warmup"]
     )
     config = run_config(PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]

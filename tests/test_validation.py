@@ -73,8 +73,10 @@ def test_op_rejects_bad_options(kwargs, pattern):
     ],
 )
 def test_model_config_rejects_bad_values(kwargs, pattern):
+    """Refused by ModelConfig itself (its fields) or, at the latest, when the model is built (the registry's
+    checks: the attention kind exists and can run this config)."""
     with pytest.raises(ValueError, match=pattern):
-        ModelConfig(**kwargs)
+        TransformerLM(ModelConfig(**kwargs))
 
 
 def test_model_config_from_dict_rejects_unknown_and_missing_fields(tmp_path):

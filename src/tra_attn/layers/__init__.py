@@ -9,7 +9,14 @@ from .cache import KVCache, LayerCache
 from .cope import CoPEAttention
 from .fox import FoXAttention
 from .nope import NoPEAttention
-from .registry import ATTENTION_KINDS, AttentionKind, attention_kind, register_attention, unregister_attention
+from .registry import (
+    ATTENTION_KINDS,
+    AttentionKind,
+    attention_kind,
+    check_model_config,
+    register_attention,
+    unregister_attention,
+)
 from .rope import RoPEAttention
 from .tra import TRAAttention
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
@@ -31,6 +38,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "attention_kind",
+    "check_model_config",
     "register_attention",
     "unregister_attention",
 ]

@@ -9,8 +9,10 @@ from torch import nn
 
 from .cache import LayerCache
 
-if TYPE_CHECKING:  # the model config imports the layer registry
+if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
+
+TRA_THRESHOLD_OPTIONS = ("tra_dense_heads", "tra_threshold_warmup")  # ModelConfig fields that need a threshold
 
 
 class Attention(nn.Module):
@@ -19,6 +21,23 @@ class Attention(nn.Module):
     Subclasses implement ``attend(x, q, k, v, cache)`` on per-head tensors (B, H, S, Dh) of the new
     positions; with a cache they append their keys/values to it and attend over all of them.
     """
+
+    has_threshold = False  # whether keys are kept by a finite TRA threshold (which TRA_THRESHOLD_OPTIONS act on)
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        """Refuse a config this kind cannot honour, with the field, its value and what was expected.
+
+        ModelConfig checks its fields on its own; the checks that need the kind live here (subclasses add
+        theirs and call this one), run by ``layers.registry.check_model_config``.
+        """
+        for name in TRA_THRESHOLD_OPTIONS:
+            value = getattr(config, name)
+            if value and not cls.has_threshold:
+                raise ValueError(
+                    f"ModelConfig.{name} = {value!r}; expected 0 for attention = {config.attention!r}, "
+                    "which has no TRA threshold"
+                )
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -61,3 +80,7 @@ class Attention(nn.Module):
 
     def post_init(self, config: ModelConfig) -> None:
         """Initialise parameters that the model's generic initialisation should not set."""
+
+    def on_train_step(self, step: int) -> None:
+        """Called (through ``TransformerLM.set_train_step``) before the training forwards of optimizer step
+        ``step``; nothing by default (TRA's threshold warm-up uses it)."""

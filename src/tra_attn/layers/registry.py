@@ -9,8 +9,12 @@ method table, ``experiments/methods.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .base import Attention
+
+if TYPE_CHECKING:  # type hints only: the model config is data the layers read
+    from ..models.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,14 @@ def unregister_attention(name: str) -> None:
     ATTENTION_KINDS.pop(name, None)
 
 
-def attention_kind(name: str) -> AttentionKind:
-    """The registry entry of ``name``, or a ValueError listing the registered kinds."""
-    if name not in ATTENTION_KINDS:
-        raise ValueError(f"attention = {name!r}; expected one of {list(ATTENTION_KINDS)}")
+def attention_kind(name: str, argument: str = "attention") -> AttentionKind:
+    """The registry entry of ``name``, or a ValueError naming ``argument`` and listing the registered kinds."""
+    if not isinstance(name, str) or name not in ATTENTION_KINDS:
+        raise ValueError(f"{argument} = {name!r}; expected one of {list(ATTENTION_KINDS)}")
     return ATTENTION_KINDS[name]
+
+
+def check_model_config(config: ModelConfig) -> None:
+    """The checks of a ModelConfig that need the registry: its attention is a registered kind, and that
+    kind can honour the config (the class's ``check_config``). Run where models and runs are built."""
+    attention_kind(config.attention, "ModelConfig.attention").cls.check_config(config)

@@ -16,6 +16,14 @@ from .base import Attention
 
 
 class RoPEAttention(Attention):
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if config.head_dim % 2:
+            raise ValueError(
+                f"ModelConfig.d_model = {config.d_model!r}; expected an even head dimension d_model / n_heads for RoPE"
+            )
+
     def __init__(self, config):
         super().__init__(config)
         self.base = config.rope_base

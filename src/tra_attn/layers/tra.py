@@ -13,6 +13,9 @@ Option ``tra_dense_heads = n``: the first n heads of each layer keep every causa
 c_ij = i - j + 1, a data-dependent ALiBi), the other heads are TRA as above. Text needs some heads that
 read recent tokens whatever their content; the threshold can only keep keys by content.
 
+Option ``tra_threshold_warmup = W`` (training only): the threshold of the training forwards rises in stages
+from threshold - sqrt(D) (every key kept) to the threshold over the first W steps (layers/tra_warmup.py).
+
 Option ``tra_learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
 head, initialised to 1 (so a new model computes exactly the above). It lifts the bound to t_h sqrt(D),
 letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
@@ -25,22 +28,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.tra import threshold_relative_attention
-from ..ops.tra.naive import tra_naive
+from ..ops.tra import IMPLS, threshold_relative_attention
 from .base import Attention
 from .norms import rms_normalize
+from .tra_warmup import warmup_threshold
 
 
 class TRAAttention(Attention):
     """The canonical TRA layer: query-position gate, threshold from ModelConfig.tra_threshold."""
 
     has_gate = True
-    has_threshold = True  # a finite threshold (TrainConfig.tra_threshold_warmup can lower it in training)
+    has_threshold = True  # a finite threshold (ModelConfig.tra_threshold_warmup can lower it in training)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if config.tra_impl not in IMPLS:
+            raise ValueError(f"ModelConfig.tra_impl = {config.tra_impl!r}; expected one of {IMPLS}")
 
     def __init__(self, config):
         super().__init__(config)
         self.eps = config.norm_eps
         self.threshold = config.tra_threshold
+        self.threshold_warmup = config.tra_threshold_warmup
+        self.training_threshold: float | None = None  # set by on_train_step while the warm-up lasts
         self.impl = config.tra_impl
         self.dense_heads = config.tra_dense_heads
         if self.has_gate:
@@ -52,6 +63,19 @@ class TRAAttention(Attention):
             nn.init.constant_(self.gate_proj.bias, config.gate_bias_init)
         if self.log_temperature is not None:
             nn.init.zeros_(self.log_temperature)
+
+    def on_train_step(self, step: int) -> None:
+        """The threshold warm-up: the training forwards of optimizer step ``step`` use its staged threshold."""
+        warming = step < self.threshold_warmup
+        self.training_threshold = (
+            warmup_threshold(step, self.threshold_warmup, self.threshold, self.head_dim) if warming else None
+        )
+
+    def current_threshold(self) -> float:
+        """The warm-up's threshold in a training forward during the warm-up, else the exact one."""
+        if self.training and self.training_threshold is not None:
+            return self.training_threshold
+        return self.threshold
 
     def normalize(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RMS-normalised q (times the learned temperature, if any) and k, per head."""
@@ -71,18 +95,18 @@ class TRAAttention(Attention):
 
     def by_heads(self, q, k, v, log_gate) -> torch.Tensor:
         """``op`` on every head, with no threshold on the first ``dense_heads`` of them."""
-        n = self.dense_heads
+        n, threshold = self.dense_heads, self.current_threshold()
         if not n:
-            return self.op(q, k, v, log_gate, self.threshold)
+            return self.op(q, k, v, log_gate, threshold)
         # The first n heads keep every causal key; the others are exact TRA with the layer's threshold.
         dense = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"))
-        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], self.threshold)
+        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], threshold)
         return torch.cat([dense, sparse], dim=1)
 
     def op(self, q, k, v, log_gate, threshold: float) -> torch.Tensor:
-        """The TRA op on these heads: the materialised one when the logits are dropped (training with
-        attention_dropout), else the configured implementation."""
-        if self.logit_dropout():
-            return tra_naive(q, k, v, log_gate, self.head_dim**-0.5, threshold, self.logit_dropout())
+        """The TRA op on these heads, with the configured implementation (the materialised one when the
+        logits are dropped: training with attention_dropout)."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
-        return threshold_relative_attention(q, k, v, log_gate, threshold=threshold, impl=self.impl, validate=False)
+        return threshold_relative_attention(
+            q, k, v, log_gate, threshold=threshold, impl=self.impl, logit_dropout=self.logit_dropout(), validate=False
+        )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..layers import ATTENTION_KINDS
+from ..layers import attention_kind
 from ..models import ModelConfig, TransformerLM
 
 TOKENS_PER_BATCH = 16384
@@ -25,7 +25,7 @@ SCORES_PER_BATCH = 1 << 22
 def eval_batch_size(config: ModelConfig, length: int) -> int:
     """Sequences per evaluation forward: a token budget, and a score budget for materialising kinds."""
     batch = TOKENS_PER_BATCH // length
-    if ATTENTION_KINDS[config.attention].materializes_scores:
+    if attention_kind(config.attention).materializes_scores:
         batch = min(batch, SCORES_PER_BATCH // (config.n_heads * length * length))
     return max(1, batch)
 

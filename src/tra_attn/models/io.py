@@ -37,8 +37,14 @@ def load_config(directory: Path) -> ModelConfig:
         raise ValueError(f"from_pretrained: {path} is not a valid config ({err})") from err
 
 
-def load_pretrained(cls, directory: str | os.PathLike, device: str | torch.device = "cpu"):
-    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory."""
+def load_pretrained(
+    cls, directory: str | os.PathLike, device: str | torch.device = "cpu", config: ModelConfig | None = None
+):
+    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory.
+
+    ``config`` replaces the saved config.json (whose weights must fit it): a training run's own config is
+    authoritative for the model it resumes.
+    """
     directory = Path(directory)
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         if not (directory / name).is_file():
@@ -46,7 +52,7 @@ def load_pretrained(cls, directory: str | os.PathLike, device: str | torch.devic
                 f"from_pretrained: {directory / name} does not exist; expected a "
                 f"directory written by save_pretrained ({CONFIG_NAME} + {WEIGHTS_NAME})"
             )
-    config = load_config(directory)
+    config = load_config(directory) if config is None else config
     try:
         state = load_file(str(directory / WEIGHTS_NAME), device="cpu")
     except Exception as err:  # safetensors raises its own error types for truncated files

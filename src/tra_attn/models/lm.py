@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import ATTENTION_KINDS, KVCache, LayerCache
+from ..layers import KVCache, LayerCache, attention_kind, check_model_config
 from ..layers.norms import RMSNorm
 from .config import ModelConfig
 from .generation import generate
@@ -47,7 +47,7 @@ class Block(nn.Module):
         super().__init__()
         self.style = config.block_style
         self.norm1 = RMSNorm(config.d_model, config.norm_eps)
-        self.attn = ATTENTION_KINDS[config.attention].cls(config)
+        self.attn = attention_kind(config.attention).cls(config)
         self.norm2 = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config)
         self.dropout = nn.Dropout(config.dropout if config.residual_dropout else 0.0)
@@ -67,6 +67,7 @@ class TransformerLM(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        check_model_config(config)
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
@@ -97,6 +98,14 @@ class TransformerLM(nn.Module):
             for proj in (block.attn.o_proj, block.mlp.down):
                 nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
             block.attn.post_init(self.config)
+
+    def set_train_step(self, step: int) -> None:
+        """Before the training forwards of optimizer step ``step``: every submodule with an ``on_train_step``
+        hook learns the step (TRA's threshold warm-up). Evaluation forwards are not affected."""
+        for module in self.modules():
+            hook = getattr(module, "on_train_step", None)
+            if hook is not None:
+                hook(step)
 
     def hidden_states(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Final normalised hidden states (B, S, d_model), before the output head."""
@@ -168,6 +177,9 @@ class TransformerLM(nn.Module):
         save_pretrained(self, directory)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, device: str | torch.device = "cpu") -> TransformerLM:
-        """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory."""
-        return load_pretrained(cls, directory, device)
+    def from_pretrained(
+        cls, directory: str | os.PathLike, device: str | torch.device = "cpu", config: ModelConfig | None = None
+    ) -> TransformerLM:
+        """Rebuild a model saved by ``save_pretrained`` (with ``config`` instead of the saved one, if given);
+        fails clearly on a missing or corrupt directory."""
+        return load_pretrained(cls, directory, device, config)

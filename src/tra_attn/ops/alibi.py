@@ -14,9 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .causal import causal_mask, relative_distance
 from .logit_dropout import causal_dropout_attention
-from .tra.naive import compute_dtype
+from .masks import causal_mask, compute_dtype, relative_distance
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

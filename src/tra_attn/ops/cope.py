@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .causal import causal_mask
-from .logit_dropout import dropped_softmax
+from .masks import causal_mask, dropped_softmax
 
 
 def contextual_positions(gates: torch.Tensor) -> torch.Tensor:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .causal import causal_mask
 from .logit_dropout import causal_dropout_attention
-from .tra.naive import compute_dtype
+from .masks import causal_mask, compute_dtype
 
 
 def forgetting_bias(log_lambda: torch.Tensor, sq: int) -> torch.Tensor:

@@ -9,20 +9,8 @@ This needs the materialised (Sq, Sk) logits, so a kind with this dropout trains 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .causal import causal_mask
-from .tra.naive import compute_dtype, masked_softmax
-
-
-def dropped_softmax(logits: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
-    """Softmax weights over the kept entries of ``logits`` after dropout p on the logits.
-
-    Entries outside ``keep`` are set to 0 first (a -inf bias times a dropout mask of 0 would be NaN);
-    rows with no kept entry get zero weights, as in TRA.
-    """
-    logits = F.dropout(torch.where(keep, logits, 0.0), p, training=True)
-    return masked_softmax(logits, keep)
+from .masks import causal_mask, compute_dtype, dropped_softmax
 
 
 def causal_dropout_attention(q, k, v, p: float, bias: torch.Tensor | None = None, scale: float | None = None):

@@ -1,8 +1,8 @@
 """Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
 
-Written with ``"version": 4``. Older files (flip-flop's parameters as top-level fields in version 1,
-no threshold warm-up before version 3, no train-to-fit before version 4) are migrated by ``from_dict``
-(see ``migrate``), so old checkpoints load and resume.
+Written with ``"version": 5``. Older files (flip-flop's parameters as top-level fields in version 1,
+no threshold warm-up before version 3, no train-to-fit before version 4, the threshold warm-up a training
+field until version 4) are migrated by ``from_dict`` (see ``migrate``), so old checkpoints load and resume.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass, field
 
 from ..data import TASKS, make_task
+from ..layers import check_model_config
 from ..models import ModelConfig
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 4
+VERSION = 5
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -27,6 +28,8 @@ def migrate(data: dict) -> dict:
     new fields get the values that reproduce the old behaviour (1 and false).
     Version 2 had no ``tra_threshold_warmup``: TRA trained with its threshold from the first step (0).
     Version 3 had no ``fit_accuracy``: every run trained for exactly ``steps`` (0).
+    Version 4 had ``tra_threshold_warmup`` here; it is a model field now (``ModelConfig.tra_threshold_warmup``,
+    which the layers own) and moves into ``model``, so an old run keeps its warm-up.
     """
     data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
@@ -35,10 +38,15 @@ def migrate(data: dict) -> dict:
             data.setdefault("task_args", {name: data.pop(name) for name in parameters if name in data})
         data.setdefault("grad_accum", 1)
         data.setdefault("compile", False)
-    if version <= 2:
-        data.setdefault("tra_threshold_warmup", 0)
     if version <= 3:
         data.setdefault("fit_accuracy", 0.0)
+    warmup = data.pop("tra_threshold_warmup", 0) if version <= 4 else 0
+    if warmup:
+        model = data.get("model", {})
+        if isinstance(model, ModelConfig):
+            data["model"] = dataclasses.replace(model, tra_threshold_warmup=warmup)
+        elif isinstance(model, dict):
+            data["model"] = {**model, "tra_threshold_warmup": warmup}
     return data
 
 
@@ -74,14 +82,6 @@ class TrainConfig:
     device: str = field(default="cpu", metadata=_help("cpu, cuda or cuda:N"))
     precision: str = field(default="fp32", metadata=_help("fp32, or bf16 (autocast the forward: GPU training)"))
     compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
-    tra_threshold_warmup: int = field(
-        default=0,
-        metadata=_help(
-            "TRA kinds: steps over which the training threshold rises from threshold - sqrt(head_dim) (every "
-            "key kept) to the model's threshold; validation and checkpoints always use the model's (0: off)"
-        ),
-    )
-
     fit_accuracy: float = field(
         default=0.0,
         metadata=_help(
@@ -93,6 +93,7 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):  # built in Python with a dict: unset fields take their defaults
             self.model = ModelConfig.from_dict(self.model, partial=True)
+        check_model_config(self.model)  # before any training work: the kind exists and can run this model
         if not isinstance(self.task_args, dict):
             raise ValueError(f"TrainConfig.task_args = {self.task_args!r}; expected a dict of task parameters")
         positive = ("length", "steps", "batch_size", "grad_accum", "log_every", "eval_sequences", "checkpoint_every")
@@ -100,7 +101,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
-        for name in ("warmup_steps", "eval_every", "seed", "tra_threshold_warmup"):
+        for name in ("warmup_steps", "eval_every", "seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")
@@ -142,11 +143,6 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
         if not isinstance(self.compile, bool):
             raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
-        if self.tra_threshold_warmup and not _has_threshold(self.model.attention):
-            raise ValueError(
-                f"TrainConfig.tra_threshold_warmup = {self.tra_threshold_warmup}; expected 0 for attention = "
-                f"{self.model.attention!r}, which has no TRA threshold to warm up"
-            )
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
         if self.model.tokenizer != task.tokenizer_description():
@@ -174,12 +170,6 @@ class TrainConfig:
         if isinstance(data.get("model"), dict):
             data["model"] = ModelConfig.from_dict(data["model"], partial=partial)
         return dataclass_from_dict(cls, data, required=not partial)
-
-
-def _has_threshold(attention: str) -> bool:
-    from ..layers import ATTENTION_KINDS
-
-    return getattr(ATTENTION_KINDS[attention].cls, "has_threshold", False)
 
 
 def check_device(device) -> str:

@@ -41,7 +41,6 @@ from .interrupt import deferred_interrupts
 from .metrics_log import METRICS_NAME, MetricsLog
 from .optim import learning_rate
 from .resume import restore
-from .threshold_warmup import lowered_threshold
 from .validator import ValidationFn, Validator
 
 ONE_PROCESS = Processes()
@@ -232,8 +231,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                 inputs, labels = inputs_and_labels(training_batch(task, config, step))
                 optimizer.zero_grad(set_to_none=True)
                 _seed_step(config, step, processes)
-                with lowered_threshold(model, step, config.tra_threshold_warmup):
-                    loss = accumulate_gradients(step_model, config, inputs, labels, processes)
+                model.set_train_step(step)
+                loss = accumulate_gradients(step_model, config, inputs, labels, processes)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 step += 1

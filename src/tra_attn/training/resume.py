@@ -89,6 +89,8 @@ def restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, proce
         return model, build_optimizer(model, config), 0, 0.0, None
     saved_config, state, model = _load_latest(run_dir, checkpoint, device)
     _check_resumable(checkpoint, saved_config, config, state["step"])
+    if model.config != config.model:  # a version-4 run: its threshold warm-up is in train_config.json only
+        model = TransformerLM.from_pretrained(checkpoint, device=device, config=config.model)
     fit_step = state.get("fit_step")
     if fit_step is not None and processes.is_main:
         print(f"--resume: the run fitted at step {fit_step} (fit_accuracy = {config.fit_accuracy}); nothing to train")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .naive import compute_dtype
+from ..masks import compute_dtype
 
 _NEG_INF = float("-inf")
 # Dropped scores get this bias instead of -inf: masked_fill/where are several times slower than

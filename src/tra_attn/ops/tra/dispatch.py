@@ -32,7 +32,9 @@ def _shown(value) -> str:
     return repr(value) if _is_number(value) else f"{value!r} (a {type(value).__name__})"
 
 
-def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True) -> None:
+def validate_inputs(
+    q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True, logit_dropout=0.0
+) -> None:
     """Raise ValueError naming the argument, its value and what was expected.
 
     Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
@@ -69,6 +71,8 @@ def validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau=None, c
         _fail("impl", repr(impl), f"one of {IMPLS}")
     if prune_tau is not None and not (_is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
         _fail("prune_tau", _shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
+    if not (_is_number(logit_dropout) and 0 <= logit_dropout < 1):
+        _fail("logit_dropout", _shown(logit_dropout), "a probability in [0, 1) (dropout on the logits in training)")
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -91,6 +95,7 @@ def threshold_relative_attention(
     threshold: float = 0.0,
     impl: str = "auto",
     prune_tau: float | None = None,
+    logit_dropout: float = 0.0,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -107,6 +112,11 @@ def threshold_relative_attention(
             all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
             moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
             Exact TRA when None (and always for "naive").
+        logit_dropout: probability p in [0, 1) of dropping each pre-softmax logit, for training (the TRA
+            authors' placement, ops/logit_dropout.py: kept logits are scaled by 1 / (1 - p), dropped ones
+            become 0 and stay in the softmax; draws from torch's RNG). p > 0 materialises the logits: it
+            runs "naive" whatever ``impl`` says. The keep decision is the same as without dropout. The
+            contract below is the p = 0 case.
         validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
             synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
             non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
@@ -125,13 +135,18 @@ def threshold_relative_attention(
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
-    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values)
+    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     prune_tau = None if prune_tau is None else float(prune_tau)
-    # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it.
+    # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
+    # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
-        return poison(_dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau), poisoned)
+        if logit_dropout:
+            out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout))
+        else:
+            out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau)
+        return poison(out, poisoned)
 
 
 def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None):

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import torch
 
-from .naive import compute_dtype, keep_mask, reverse_cumsum, softmax_weights
+from ..masks import compute_dtype
+from .naive import keep_mask, reverse_cumsum, softmax_weights
 
 
 def tra_key_gate_naive(
     q, k, v, key_log_gate: torch.Tensor, scale: float, threshold: float, logit_dropout: float = 0.0
 ) -> torch.Tensor:
-    """q (B,H,Sq,D), k/v (B,H,Sk,D), key_log_gate (B,H,Sk) <= 0; returns (B,H,Sq,D). Optional logit dropout."""
+    """q (B,H,Sq,D), k/v (B,H,Sk,D), key_log_gate (B,H,Sk) <= 0; returns (B,H,Sq,D). Optional logit dropout.
+
+    Computes in fp32 (fp64 for fp64 inputs) under any enclosing autocast, as the TRA op does: the keep
+    decision must not be made on bf16-rounded scores in (autocast) training and fp32 ones in evaluation.
+    """
     cdt = compute_dtype(q.dtype)
-    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    scores = scale * (qc @ kc.transpose(-1, -2))
-    keep = keep_mask(scores, threshold)
-    distance = reverse_cumsum(keep.to(cdt) * key_log_gate.to(cdt)[..., None, :])
-    return (softmax_weights(scores + distance, keep, logit_dropout) @ vc).to(q.dtype)
+    with torch.autocast(q.device.type, enabled=False):
+        qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+        scores = scale * (qc @ kc.transpose(-1, -2))
+        keep = keep_mask(scores, threshold)
+        distance = reverse_cumsum(keep.to(cdt) * key_log_gate.to(cdt)[..., None, :])
+        return (softmax_weights(scores + distance, keep, logit_dropout) @ vc).to(q.dtype)

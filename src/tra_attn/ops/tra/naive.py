@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..causal import causal_mask
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Accumulation dtype: fp64 for fp64 inputs, fp32 for everything else."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax
 
 
 def keep_mask(scores: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -31,14 +26,6 @@ def keep_and_count(scores: torch.Tensor, threshold: float) -> tuple[torch.Tensor
     """Keep mask and contextual distance c_ij = number of kept keys l with j <= l <= i."""
     keep = keep_mask(scores, threshold)
     return keep, reverse_cumsum(keep.long())
-
-
-def masked_softmax(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Softmax over kept entries; rows with no kept entry get all-zero weights (and zero gradient)."""
-    has_key = keep.any(-1, keepdim=True)
-    masked = torch.where(keep, logits, float("-inf"))
-    # Rows with no kept key would softmax to NaN: give them finite logits, then zero their weights.
-    return torch.softmax(torch.where(has_key, masked, 0.0), dim=-1) * keep
 
 
 def tra_naive(
@@ -67,6 +54,4 @@ def softmax_weights(logits: torch.Tensor, keep: torch.Tensor, logit_dropout: flo
     """``masked_softmax``, after dropout on the logits when ``logit_dropout`` > 0."""
     if not logit_dropout:
         return masked_softmax(logits, keep)
-    from ..logit_dropout import dropped_softmax  # imports this module
-
     return dropped_softmax(logits, keep, logit_dropout)

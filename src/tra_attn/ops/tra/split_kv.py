@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .naive import compute_dtype
+from ..masks import compute_dtype
 
 
 def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor, log_gate: torch.Tensor):
