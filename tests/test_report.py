@@ -57,7 +57,7 @@ def test_table_cells_mean_std_over_seeds_and_median_minutes():
 
 
 def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
-    from tra_attn.experiments.flipflop.run import select_lrs
+    from tra_attn.experiments.flipflop import FLIPFLOP
 
     def val(method, lr, seed, acc, test_acc=0.0):
         common = {"method": method, "lr": lr, "seed": seed, "length": 8, "metric": "full_seq_acc"}
@@ -75,7 +75,7 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         + val("nope", 1e-3, 0, float("nan"))
         + val("nope", 3e-3, 0, 0.0)  # NaN ranks below everything
     )
-    assert select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
+    assert FLIPFLOP.select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
 
 
 @pytest.mark.parametrize(
