@@ -202,7 +202,7 @@ def cmd_report(args) -> None:
     task = rows[0].get("task")
     if task not in writers:
         raise ValueError(
-            f"{args.results}: rows of task {task!r}; expected rows of an experiment, one of {sorted(writers)}"
+            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, one of {sorted(writers)}"
         )
     path = writers[task](args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
     print(path.read_text())
