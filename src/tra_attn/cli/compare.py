@@ -142,7 +142,8 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
     add_comparison_flags(
         cp,
         f"one of the task's ({every})",
-        methods="the task's (every registered kind; for lm: tra nope rope alibi fox cope)",
+        methods="the task's: every registered kind"
+        + "".join(f"; {name}: {' '.join(e.default_methods)}" for name, e in found.items() if e.default_methods),
         lrs="the preset's rate per method",
         out="runs/<task>_<preset>, or runs/suite_<preset>",
     )
@@ -202,7 +203,8 @@ def cmd_report(args) -> None:
     task = rows[0].get("task")
     if task not in writers:
         raise ValueError(
-            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, one of {sorted(writers)}"
+            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, "
+            f"one of {sorted(writers)}"
         )
     path = writers[task](args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
     print(path.read_text())

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..training import TrainConfig
 from .preset import Preset
 from .selection import select_lrs
 
@@ -38,9 +39,9 @@ class Experiment:
     name: str
     task: str
     presets: Mapping[str, Preset]
-    evaluate: Callable[[str, object, Path, int | None], Rows]
-    validation: Callable[[str, object, Path], Rows]
-    test_splits: Callable[[object], set[tuple[str, int]]]
+    evaluate: Callable[[str, TrainConfig, Path, int | None], Rows]
+    validation: Callable[[str, TrainConfig, Path], Rows]
+    test_splits: Callable[[TrainConfig], set[tuple[str, int]]]
     write_report: Callable[..., Path]
     selection_metric: str
     higher_is_better: bool

@@ -10,7 +10,7 @@ EXPERIMENTS = tuple(
         task,
         PRESETS[task],
         write_report,
-        summary=f"TRA vs ablations vs baselines on {task}, trained to fit, every longer and shifted-density split",
+        summary=f"a suite task: every method trained to fit on {task}, tested on longer and shifted-density splits",
         suite=True,
     )
     for task in SUITE_TASKS
