@@ -10,9 +10,10 @@ import pytest
 
 from tra_attn.cli import main
 from tra_attn.experiments.bench.presets import PRESETS, SUITE_TASKS
-from tra_attn.experiments.bench.run import select_lrs
+from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell, unfit_methods
 from tra_attn.experiments.flipflop.presets import PRESETS as FLIPFLOP_PRESETS
+from tra_attn.experiments.registry import experiments
 from tra_attn.utils.jsonl import read_jsonl
 
 SWEEP = ["--lrs", "1e-3", "3e-3"]
@@ -123,7 +124,7 @@ def test_selection_treats_every_fitted_rate_as_equal_and_prefers_the_smallest():
 
     rows = [val("tra", 1e-3, 0, 0.991), val("tra", 3e-3, 0, 1.0), val("fox", 1e-3, 0, 0.95), val("fox", 3e-3, 0, 0.98)]
     rows += [val("nope", 1e-3, 0, 0.5), val("nope", 1e-3, 1, 1.0), val("nope", 3e-3, 0, 0.8), val("nope", 3e-3, 1, 0.8)]
-    assert select_lrs(rows) == {"tra": 1e-3, "fox": 3e-3, "nope": 3e-3}
+    assert experiments()["mqar"].select_lrs(rows) == {"tra": 1e-3, "fox": 3e-3, "nope": 3e-3}
 
 
 def test_steps_to_fit_per_seed_and_unfit_methods():
@@ -139,11 +140,9 @@ def test_steps_to_fit_per_seed_and_unfit_methods():
 
 
 def test_every_suite_task_has_cpu_and_tiny_presets_that_build_valid_configs():
-    from tra_attn.experiments.bench.run import run_config
-
     for task in SUITE_TASKS:
         for name in ("cpu", "tiny"):
-            config = run_config(task, PRESETS[task][name], "tra", 1e-3, 0, None, "cpu")
+            config = run_config(experiments()[task], PRESETS[task][name], "tra", 1e-3, 0)
             assert config.task == task and config.fit_accuracy == 0.99
             config.task_instance().eval_splits(config.length, 1)  # every test split exists at this length
 

@@ -58,9 +58,10 @@ def half_scale_kind(half_scale_layer):
 
 
 def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_end(half_scale_kind, tmp_path):
-    from tra_attn.experiments.flipflop.run import run_flipflop
+    from tra_attn.experiments.engine import run_comparison
+    from tra_attn.experiments.flipflop import FLIPFLOP
 
-    out = run_flipflop("tiny", methods=["half_scale_nope", "nope"], out=tmp_path, progress=False)
+    out = run_comparison(FLIPFLOP, "tiny", methods=["half_scale_nope", "nope"], out=tmp_path, progress=False)
     page = (out / "results.md").read_text()
     assert re.search(r"\| NoPE, half scale( †)? \| 0\.003 \| 1 \|", page) and re.search(r"\| NoPE( †)? \|", page)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -135,12 +136,13 @@ def test_bad_method_rows_are_refused(method, error, pattern):
 
 def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path):
     """`tra flipflop --preset tiny` gives, value for value, the rows 0.1.0 gave (metrics renamed since)."""
+    from tra_attn.experiments.engine import run_comparison
+    from tra_attn.experiments.flipflop import FLIPFLOP
     from tra_attn.experiments.flipflop.rows import RENAMED_METRICS
-    from tra_attn.experiments.flipflop.run import run_flipflop
 
     old = [json.loads(line) for line in (FIXTURES / "flipflop_tiny_v0_1.jsonl").read_text().splitlines()]
     expected = {(r["method"], r["split"], r["length"], RENAMED_METRICS.get(r["metric"], r["metric"])): r for r in old}
-    out = run_flipflop("tiny", out=tmp_path, progress=False)
+    out = run_comparison(FLIPFLOP, "tiny", out=tmp_path, progress=False)
     new = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     got = {(r["method"], r["split"], r["length"], r["metric"]): r for r in new if r["metric"] != "train_seconds"}
     assert got.keys() == expected.keys()

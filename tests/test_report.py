@@ -57,7 +57,7 @@ def test_table_cells_mean_std_over_seeds_and_median_minutes():
 
 
 def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
-    from tra_attn.experiments.flipflop.run import select_lrs
+    from tra_attn.experiments.flipflop import FLIPFLOP
 
     def val(method, lr, seed, acc, test_acc=0.0):
         common = {"method": method, "lr": lr, "seed": seed, "length": 8, "metric": "full_seq_acc"}
@@ -75,32 +75,36 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         + val("nope", 1e-3, 0, float("nan"))
         + val("nope", 3e-3, 0, 0.0)  # NaN ranks below everything
     )
-    assert select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
+    assert FLIPFLOP.select_lrs(rows) == {"tra": 1e-3, "rope": 3e-3, "cope": 3e-3, "nope": 3e-3}
 
 
 @pytest.mark.parametrize(
-    "name, experiment, image",
+    "name, image",
     [
-        ("flipflop_cpu_800", "flipflop", "![accuracy"),
-        ("flipflop_cpu", "flipflop", "![accuracy"),
-        ("flipflop_cpu_resweep", "flipflop", "![accuracy"),
-        ("lm_austen", "lm", "![bits per byte"),
-        ("tra_on_text", "lm", "![bits per byte"),
-        ("suite_cpu", "bench", "![accuracy"),
-        ("suite_cpu_cap3000", "bench", "![accuracy"),
+        ("flipflop_cpu_800", "![accuracy"),
+        ("flipflop_cpu", "![accuracy"),
+        ("flipflop_cpu_resweep", "![accuracy"),
+        ("lm_austen", "![bits per byte"),
+        ("tra_on_text", "![bits per byte"),
+        ("suite_cpu", "![accuracy"),
+        ("suite_cpu_cap3000", "![accuracy"),
     ],
 )
-def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, experiment, image):
-    """The committed rows give the committed page line for line (flip-flop's rows were written by 0.1:
-    version-1 configs, read_acc/reads)."""
-    import importlib
+def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, image, capsys):
+    """`tra report` (the page of the rows' task, found in the experiment registry) gives the committed page
+    line for line from the committed rows (flip-flop's rows were written by 0.1: version-1 configs,
+    read_acc/reads)."""
     import shutil
     from pathlib import Path
 
-    write_report = importlib.import_module(f"tra_attn.experiments.{experiment}.report").write_report
+    from tra_attn.cli import main
+
     results = Path(__file__).parents[1] / "results"
     shutil.copytree(results / name, tmp_path / name, ignore=shutil.ignore_patterns("runs"))  # local runs: not rows
-    page = write_report(tmp_path / name, notes=results / f"{name}_notes.md", markdown=tmp_path / "p.md")
+    page = tmp_path / "p.md"
+    argv = ["report", tmp_path / name, "--notes", results / f"{name}_notes.md", "--markdown", page]
+    assert main([str(a) for a in argv]) == 0
+    capsys.readouterr()
     committed = (results / f"{name}.md").read_text().splitlines()
     rebuilt = page.read_text().splitlines()
     assert len(rebuilt) == len(committed)

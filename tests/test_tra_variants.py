@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
+from tra_attn.experiments.engine import run_comparison, run_config
+from tra_attn.experiments.flipflop import FLIPFLOP
 from tra_attn.experiments.flipflop.presets import PRESETS
-from tra_attn.experiments.flipflop.run import run_config, run_flipflop
 from tra_attn.experiments.methods import METHODS, VARIANTS, preset_lr, resolve_method
 from tra_attn.experiments.runs import check_methods
 from tra_attn.layers.tra import TRAAttention
@@ -203,12 +204,12 @@ def test_bad_dense_heads(overrides, pattern):
 
 def test_variants_resolve_to_their_kind_and_fields():
     assert resolve_method("fox").attention == "fox" and resolve_method("fox").model == {}
-    config = run_config(PRESETS["tiny"], "tra_warmup", 1e-3, 0, None, "cpu")
+    config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_warmup", 1e-3, 0, None, "cpu")
     assert (
         config.model.attention == "tra"
         and config.model.tra_threshold_warmup == VARIANTS["tra_warmup"].model["tra_threshold_warmup"]
     )
-    config = run_config(PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
+    config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]
     assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra") == METHODS["tra"].lr
     assert (
@@ -229,12 +230,12 @@ def test_every_built_in_kind_and_variant_has_a_row_with_its_own_colour():
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_builds_a_valid_config_that_differs_from_its_kind(variant):
     preset = PRESETS["cpu"]
-    config, base = (run_config(preset, name, 1e-3, 0, None, "cpu") for name in (variant, VARIANTS[variant].attention))
+    config, base = (run_config(FLIPFLOP, preset, name, 1e-3, 0) for name in (variant, VARIANTS[variant].attention))
     assert config.to_dict() != base.to_dict()
 
 
 def test_a_variant_runs_as_a_method_of_a_comparison(tmp_path):
-    out = run_flipflop("tiny", methods=["tra", "tra_threshold-1"], out=tmp_path, progress=False)
+    out = run_comparison(FLIPFLOP, "tiny", methods=["tra", "tra_threshold-1"], out=tmp_path, progress=False)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {r["method"] for r in rows} == {"tra", "tra_threshold-1"}
     assert {r["config"]["model"]["tra_threshold"] for r in rows if r["method"] == "tra_threshold-1"} == {-1.0}

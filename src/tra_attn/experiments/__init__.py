@@ -1,23 +1,7 @@
-"""Experiments: one subpackage each (presets, run, report, CLI commands), found by discovery.
+"""Experiments: comparisons of methods on a task, each a record (``experiment.py: Experiment``) run by one
+engine (``engine.py: run_comparison``) and found in one registry (``registry.py``).
 
-An experiment package defines ``TASK`` (the task name its result rows carry; ``TASKS`` if several),
-``add_commands(subparsers)`` (its ``tra`` subcommands) and, once it publishes a page,
-``write_report(out, command="", notes=None, markdown=None)``.
+An experiment package (flip-flop, language modelling, the suite's procedural tasks) holds its presets, its
+page and what its runs evaluate as data and functions, and lists its records in ``EXPERIMENTS``. Nothing
+here parses command lines: the ``tra`` command (``tra_attn.cli``) calls in, never the other way round.
 """
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-from types import ModuleType
-
-
-def experiments() -> dict[str, ModuleType]:
-    """Every experiment package of this folder, keyed by the task its rows carry."""
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.ispkg:
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            for task in getattr(module, "TASKS", (module.TASK,)):
-                found[task] = module
-    return found

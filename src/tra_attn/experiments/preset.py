@@ -1,26 +1,28 @@
-"""The preset of a comparison on a procedural task: model, task parameters, recipe, learning rates, seeds."""
+"""The preset of a comparison: model, task parameters, recipe, learning rates, seeds, evaluation budget."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .runs import preset_lr
+from .methods import preset_lr
 
 
 @dataclass(frozen=True)
 class Preset:
     """``model`` and ``train`` are ModelConfig and TrainConfig fields, ``task_args`` the task's parameters.
 
-    ``lrs``: validated learning rates per method; a method without one uses ``lr`` if set, else its
-    registry default (so a newly registered kind runs with no preset change); ``lrs_source`` says where the
-    validated rates come from (it goes on the page). With ``fit_accuracy`` in ``train`` the runs train to
-    fit and ``steps`` is the cap (TrainConfig.fit_accuracy).
+    ``eval_budget``: how much test data each run is evaluated on, in the experiment's unit (sequences per
+    test split at the training length for a procedural task, validation tokens for language modelling;
+    None: all of it). ``lrs``: validated learning rates per method; resolved by
+    ``methods.preset_lr`` (the method's, its kind's, ``lr``, then the method's default rate); ``lrs_source``
+    says where the validated rates come from (it goes on the page). With ``fit_accuracy`` in ``train`` the
+    runs train to fit and ``steps`` is the cap (TrainConfig.fit_accuracy).
     """
 
     model: dict
     train: dict
     seeds: tuple[int, ...]
-    eval_sequences: int
+    eval_budget: int | None
     description: str
     task_args: dict = field(default_factory=dict)
     lrs: dict[str, float] = field(default_factory=dict)

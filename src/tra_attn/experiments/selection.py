@@ -6,17 +6,21 @@ import math
 from collections import defaultdict
 
 
-def select_lrs(rows: list[dict], metric: str, higher_is_better: bool) -> dict[str, float]:
+def select_lrs(rows: list[dict], metric: str, higher_is_better: bool, cap: float | None = None) -> dict[str, float]:
     """Per method, the learning rate with the best mean ``metric`` over seeds on the 'validation' split.
 
-    Ties go to the smallest learning rate: where several do equally well, the gentlest is the least
-    likely to diverge on a seed the sweep did not see. NaN (a diverged run) ranks last.
+    Values better than ``cap`` count as ``cap`` (a run trained to fit stops as soon as it fits, so the
+    margin beyond the threshold is noise). Ties go to the smallest learning rate: where several do equally
+    well, the gentlest is the least likely to diverge on a seed the sweep did not see. NaN (a diverged run)
+    ranks last.
     """
     sign = 1.0 if higher_is_better else -1.0
+    ceiling = math.inf if cap is None else sign * cap
     scores: dict[tuple[str, float], list[float]] = defaultdict(list)
     for r in rows:
         if r["split"] == "validation" and r["metric"] == metric:
-            scores[(r["method"], r["lr"])].append(-math.inf if math.isnan(r["value"]) else sign * r["value"])
+            value = -math.inf if math.isnan(r["value"]) else min(sign * r["value"], ceiling)
+            scores[(r["method"], r["lr"])].append(value)
     best: dict[str, tuple[float, float]] = {}
     for (method, lr), values in sorted(scores.items()):
         mean = sum(values) / len(values)

@@ -1,10 +1,19 @@
-"""Procedural-task comparisons and the length-generalisation suite (``tra bench``): presets, run, report."""
+"""The length-generalisation suite's procedural tasks (``tra compare TASK``, ``tra compare --suite``): their
+presets and the page of one task or of the whole suite."""
 
-from .cli import add_commands
-from .presets import SUITE_TASKS
+from ..procedural import procedural_experiment
+from .presets import PRESETS, SUITE_TASKS
 from .report import write_report
 
-TASK = SUITE_TASKS[0]
-TASKS = SUITE_TASKS  # the tasks whose rows this package's page reports (other tasks' packages report theirs)
+EXPERIMENTS = tuple(
+    procedural_experiment(
+        task,
+        PRESETS[task],
+        write_report,
+        summary=f"a suite task: every method trained to fit on {task}, tested on longer and shifted-density splits",
+        suite=True,
+    )
+    for task in SUITE_TASKS
+)
 
-__all__ = ["TASK", "TASKS", "add_commands", "write_report"]
+__all__ = ["EXPERIMENTS"]

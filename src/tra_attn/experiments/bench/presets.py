@@ -57,7 +57,7 @@ def task_presets(task: str) -> dict[str, Preset]:
             train=CPU_TRAIN,
             lr=1e-3,
             seeds=(0, 1, 2),
-            eval_sequences=500,
+            eval_budget=500,
             description="2 layers, d_model 64, 4 heads; 64-token sequences, batch 32, trained to fit "
             "(validation accuracy 0.99) within 1000 steps; under a minute per run on 2 CPU cores",
         ),
@@ -67,7 +67,7 @@ def task_presets(task: str) -> dict[str, Preset]:
             train=TINY_TRAIN,
             lr=3e-3,
             seeds=(0,),
-            eval_sequences=16,
+            eval_budget=16,
             description="smoke test (1 layer, d_model 16, 10 steps)",
         ),
     }

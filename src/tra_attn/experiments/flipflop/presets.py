@@ -44,7 +44,7 @@ PRESETS = {
         "and, for RoPE and CoPE, by the train-to-fit sweep of "
         "results/flipflop_cpu_resweep.md",
         seeds=(0,),
-        eval_sequences=1000,
+        eval_budget=1000,
         description="2 layers, d_model 128, 4 heads; 128-token FFL(0.8), batch 64, trained to fit (validation "
         "0.99) within 2000 steps; up to about 13 minutes per run on 2 CPU cores (a run that never fits trains to "
         "the cap)",
@@ -66,7 +66,7 @@ PRESETS = {
         ),
         lr=3e-3,
         seeds=(0,),
-        eval_sequences=64,
+        eval_budget=64,
         description="smoke test (1 layer, d_model 16, 16-token sequences, 20 steps)",
     ),
     # The TRA authors' notebook recipe (docs/flipflop.md; a GPU job).
@@ -99,7 +99,7 @@ PRESETS = {
         ),
         lr=1e-4,
         seeds=(0, 1, 2, 3),
-        eval_sequences=4000,
+        eval_budget=4000,
         description="4 layers, d_model 256, 4 heads; 512-token FFL(0.8), batch 64, 25,000 steps, AdamW 1e-4, "
         "bf16 autocast (a GPU job: --device cuda)",
     ),

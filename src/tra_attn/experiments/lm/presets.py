@@ -1,31 +1,12 @@
-"""Language-modelling presets: corpus, tokenizer, model size, training recipe, evaluation budget."""
+"""Language-modelling presets: corpus, tokenizer, model size, training recipe, evaluation budget (validation
+tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ..runs import preset_lr
+from ..preset import Preset
 
 # TRA and the baselines the paper compares against on text; the ablations are optional (--methods).
 DEFAULT_METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """``lrs``: validated learning rates per method; without one, ``lr`` if set, else the registry default."""
-
-    task_args: dict
-    model: dict
-    train: dict
-    seeds: tuple[int, ...]
-    eval_tokens: int | None  # validation tokens scored at every length (None: the whole text)
-    description: str
-    lrs: dict[str, float] = field(default_factory=dict)
-    lr: float | None = None
-
-    def lr_for(self, method: str) -> float:
-        return preset_lr(self.lrs, self.lr, method)
-
 
 PRESETS = {
     # Byte-level Austen on 2 CPU cores: five novels to train, Persuasion to validate.
@@ -45,7 +26,7 @@ PRESETS = {
             checkpoint_every=200,
         ),
         seeds=(0, 1),
-        eval_tokens=1 << 16,
+        eval_budget=1 << 16,
         # Chosen on validation bits per byte by the sweep
         # `tra lm compare --preset cpu --lrs 3e-4 1e-3 3e-3 1e-2 --seeds 0 --out results/lm_austen`; the TRA
         # variants' by `tra lm compare --preset cpu --methods ... --lrs 1e-3 3e-3 1e-2 --seeds 0
@@ -78,7 +59,7 @@ PRESETS = {
             length=16, steps=6, batch_size=4, warmup_steps=1, eval_every=3, eval_sequences=8, checkpoint_every=3
         ),
         seeds=(0,),
-        eval_tokens=1024,
+        eval_budget=1024,
         lr=3e-3,
         description="smoke test (1 layer, d_model 16, 16-byte windows, 6 steps)",
     ),
@@ -101,7 +82,7 @@ PRESETS = {
             precision="bf16",
         ),
         seeds=(0,),
-        eval_tokens=None,
+        eval_budget=None,
         lr=3e-4,
         description="WikiText-103, GPT-2 BPE; 12 layers, d_model 768, 12 heads; 50,000 steps of 64 x 512 tokens "
         "(1.6B tokens per method; estimated from 6 x params x tokens at 40% of an H200's bf16 peak: about 2 hours "

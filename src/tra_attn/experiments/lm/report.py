@@ -24,12 +24,13 @@ from ..tables import (
     sweep_table,
     variant_lines,
 )
-from .run import SELECTION_METRIC
+from .comparison import SELECTION_METRIC
 
 POSITION = re.compile(r"^loss@(\d+)-(\d+)$")
 
 
-def collect(rows: list[dict], split: str, metric: str) -> dict[tuple[str, int], list[float]]:
+def values_by_length(rows: list[dict], split: str, metric: str) -> dict[tuple[str, int], list[float]]:
+    """The values of ``metric`` on ``split`` per (method, length), one per seed."""
     table = defaultdict(list)
     for r in rows:
         if r["split"] == split and r["metric"] == metric:
@@ -39,11 +40,11 @@ def collect(rows: list[dict], split: str, metric: str) -> dict[tuple[str, int], 
 
 def bpb_table(rows: list[dict]) -> list[str]:
     """Bits per byte per method and evaluation length (mean ± std over seeds), and their training cost."""
-    bpb = collect(rows, "non_overlapping", "bits_per_byte")
+    bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
     lengths = sorted({n for _, n in bpb})
     train_length = min(lengths)
-    minutes = collect(rows, "validation", "train_seconds")
-    speed = collect(rows, "validation", "tokens_per_second")
+    minutes = values_by_length(rows, "validation", "train_seconds")
+    speed = values_by_length(rows, "validation", "tokens_per_second")
     lr = {r["method"]: r["lr"] for r in rows}
     seeds = defaultdict(set)
     for r in rows:
@@ -70,7 +71,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bpb = collect(rows, "non_overlapping", "bits_per_byte")
+    bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
     lengths = sorted({n for _, n in bpb})
     longest = lengths[-1]
     methods = ordered({m for m, _ in bpb})

@@ -1,16 +1,20 @@
-"""``tra lm ...``: commands for language models on real text."""
+"""``tra lm ...``: language models on real text. ``compare`` is ``tra compare lm``; ``train`` is ``tra train
+--task lm`` with the corpus flags; ``eval`` and ``sample`` call experiments/lm."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ...utils.cli_help import HelpFormatter
-from ..runs import add_comparison_flags, comparison_arguments
+from ..experiments.registry import experiments
+from ..utils.cli_help import HelpFormatter
+from .compare import add_comparison_flags, compare, described
+from .train import add_train_flags, check_output_file
+from .train import cmd_train as train_command
 
 
 def cmd_sample(args) -> None:
-    from .sample import sample_text
+    from ..experiments.lm.sample import sample_text
 
     top_k = args.top_k or None
     text = sample_text(
@@ -20,9 +24,8 @@ def cmd_sample(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from ...cli import check_output_file
-    from ...utils.jsonl import write_jsonl
-    from .evaluate import evaluate_lm, print_table
+    from ..experiments.lm.evaluate import evaluate_lm, print_table
+    from ..utils.jsonl import write_jsonl
 
     if args.out:
         check_output_file(args.out, "--out")
@@ -44,8 +47,6 @@ TASK_FLAGS = {
 
 def cmd_train(args) -> None:
     """`tra train --task lm`, with the lm task's parameters as first-class flags."""
-    from ...cli import cmd_train as train_command
-
     given = [(name, str(getattr(args, dest))) for dest, name in TASK_FLAGS.items() if getattr(args, dest) is not None]
     args.task = "lm"
     args.task_arg = given + (args.task_arg or [])
@@ -53,29 +54,24 @@ def cmd_train(args) -> None:
 
 
 def cmd_compare(args) -> None:
-    from .run import run_lm
-
-    out = run_lm(args.preset, data_dir=args.data_dir, **comparison_arguments(args))
-    print((out / "results.md").read_text())
+    print(compare(experiments()["lm"], args).read_text())
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_lm_command(sub: argparse._SubParsersAction) -> None:
     lm = sub.add_parser("lm", help="language models on real text", formatter_class=HelpFormatter)
     lm_sub = lm.add_subparsers(dest="lm_command", required=True, metavar="COMMAND")
-    from .presets import DEFAULT_METHODS, PRESETS
+    experiment = experiments()["lm"]
 
-    cp = lm_sub.add_parser(
-        "compare",
-        help="train TRA and the baselines on one corpus and budget; bits per byte at 1x-16x; resumable",
-        formatter_class=HelpFormatter,
-    )
+    cp = lm_sub.add_parser("compare", help=experiment.summary, formatter_class=HelpFormatter)
     add_comparison_flags(
-        cp, PRESETS, methods=" ".join(DEFAULT_METHODS), lrs="the preset's rate", out="runs/lm_<preset>"
+        cp,
+        described(experiment.presets),
+        methods=" ".join(experiment.default_methods),
+        lrs="the preset's rate",
+        out="runs/lm_<preset>",
     )
     cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: found for austen)")
     cp.set_defaults(func=cmd_compare)
-
-    from ...cli import add_train_flags
 
     tp = lm_sub.add_parser(
         "train",

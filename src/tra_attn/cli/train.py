@@ -1,8 +1,4 @@
-"""The ``tra`` command: a thin dispatcher over data, training, evaluation, experiments and reports.
-
-Generic commands (``data``, ``train``, ``eval``, ``report``) work for every registered task; each
-experiment package adds its own commands (``tra <experiment>``), found by discovery.
-"""
+"""``tra data`` and ``tra train``, and the flags of one training run (shared with ``tra lm train``)."""
 
 from __future__ import annotations
 
@@ -10,15 +6,13 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 
-from .data import TASKS, make_task
-from .experiments import experiments
-from .models import ModelConfig
-from .training.config import TrainConfig, migrate
-from .utils.atomic import make_directory
-from .utils.cli_help import HelpFormatter
+from ..data import TASKS, make_task
+from ..models import ModelConfig
+from ..training.config import TrainConfig, migrate
+from ..utils.atomic import make_directory
+from ..utils.cli_help import HelpFormatter
 
 
 def _flag(name: str) -> str:
@@ -74,7 +68,7 @@ def _read_config_file(path: Path) -> dict:
     return data
 
 
-def _config_from_args(args) -> TrainConfig:
+def config_from_args(args) -> TrainConfig:
     data = migrate(_read_config_file(args.config)) if args.config else {}
     model = data.pop("model", {})
     if not isinstance(model, dict):
@@ -115,67 +109,15 @@ def cmd_data(args) -> None:
 
 
 def cmd_train(args) -> None:
-    from .training import train
+    from ..training import train
 
-    config = _config_from_args(args)
+    config = config_from_args(args)
     checkpoint = train(config, args.out, resume=args.resume, progress=not args.no_progress, fsdp=args.fsdp)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         print(f"trained {config.model.attention}: {checkpoint}")
 
 
-def cmd_eval(args) -> None:
-    from .training.evaluation import evaluate_checkpoint
-    from .utils.jsonl import write_jsonl
-
-    if args.out:
-        check_output_file(args.out, "--out")
-    rows = evaluate_checkpoint(
-        args.checkpoint,
-        data=args.data,
-        sequences=args.sequences,
-        device=args.device,
-        length=args.length,
-        task=args.task,
-    )
-    if args.out:
-        write_jsonl(args.out, rows)
-    table: dict[tuple, dict] = {}
-    for r in rows:
-        table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
-    metrics = list(next(iter(table.values())))
-    print(f"{'split':<10} {'length':>6}  " + "  ".join(f"{name:>13}" for name in metrics))
-    for (split, length), values in table.items():
-        cells = (f"{v:>13.4f}" if isinstance(v, float) else f"{v:>13}" for v in (values[name] for name in metrics))
-        print(f"{split:<10} {length:>6}  " + "  ".join(cells))
-
-
-def cmd_report(args) -> None:
-    from .utils.jsonl import read_jsonl
-
-    rows = read_jsonl(args.results / "results.jsonl")
-    if not rows:
-        raise ValueError(f"{args.results / 'results.jsonl'} is missing or empty; expected the rows of an experiment")
-    found = {name: module for name, module in experiments().items() if hasattr(module, "write_report")}
-    task = rows[0].get("task")
-    if task not in found:
-        raise ValueError(
-            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, "
-            f"one of {sorted(found)}"
-        )
-    path = found[task].write_report(args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
-    print(path.read_text())
-
-
-def cmd_convert(args) -> None:
-    try:
-        from .hf import to_hf, to_native
-    except ImportError as err:
-        raise ValueError(str(err)) from None
-    out = (to_hf if args.to == "hf" else to_native)(args.source, args.out)
-    print(f"wrote {args.to} model: {out}")
-
-
-def _add_data_parser(sub) -> None:
+def add_data_command(sub) -> None:
     data = sub.add_parser("data", help="write generated task sequences to a text file")
     data_sub = data.add_subparsers(dest="task", required=True, metavar="TASK")
     for name, cls in TASKS.items():
@@ -220,71 +162,8 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     _add_config_flags(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_data_parser(sub)
-
+def add_train_command(sub) -> None:
     tr = sub.add_parser("train", help="train one model (flags override --config)", formatter_class=HelpFormatter)
     tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {next(iter(TASKS))})")
     add_train_flags(tr)
     tr.set_defaults(func=cmd_train)
-
-    ev = sub.add_parser(
-        "eval", help="evaluate a checkpoint on its task's test splits or on a data file", formatter_class=HelpFormatter
-    )
-    ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory (required)")
-    ev.add_argument("--data", type=Path, help="evaluate on these sequences instead, one per line (default: none)")
-    ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
-    ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
-    ev.add_argument(
-        "--task",
-        choices=sorted(TASKS),
-        help="task, for a model saved without a training config; the run's own keeps its task arguments, another "
-        "takes its defaults (default: its run's)",
-    )
-    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
-    ev.set_defaults(func=cmd_eval)
-
-    for experiment in dict.fromkeys(experiments().values()):  # a package reporting several tasks adds its once
-        experiment.add_commands(sub)
-
-    cv = sub.add_parser(
-        "convert",
-        help="convert a model between this library's format and Hugging Face's (needs the [hf] extra)",
-        formatter_class=HelpFormatter,
-    )
-    cv.add_argument("source", type=Path, help="a native model, run or checkpoint (--to hf), or a Hugging Face folder")
-    cv.add_argument("--to", choices=("hf", "native"), required=True, help="the output format (required)")
-    cv.add_argument("--out", type=Path, required=True, help="a new output directory (required)")
-    cv.set_defaults(func=cmd_convert)
-
-    rp = sub.add_parser(
-        "report", help="rebuild the Markdown page and plot of a results directory", formatter_class=HelpFormatter
-    )
-    rp.add_argument("results", type=Path, help="directory holding results.jsonl")
-    rp.add_argument("--notes", type=Path, help="Markdown appended as a discussion section (default: none)")
-    rp.add_argument("--markdown", type=Path, help="where to write the page (default: RESULTS/results.md)")
-    rp.add_argument("--command", help="the command that produced the rows, shown on the page (default: run.json's)")
-    rp.set_defaults(func=cmd_report)
-    return parser
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv
-    try:
-        args.func(args)
-    except ValueError as err:
-        print(f"tra: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tra: interrupted", file=sys.stderr)
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The ``tra`` command: a thin dispatcher over data, training, evaluation, comparisons and reports.
+
+Generic commands (``data``, ``train``, ``eval``, ``compare``, ``report``) work for every registered task
+or experiment; ``bench``, ``lm compare`` and the commands experiments name for themselves are aliases of
+``compare``, kept for the commands the results pages quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..utils.cli_help import HelpFormatter
+from .checkpoints import add_convert_command, add_eval_command
+from .compare import add_compare_commands, add_report_command
+from .lm import add_lm_command
+from .train import add_data_command, add_train_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_data_command(sub)
+    add_train_command(sub)
+    add_eval_command(sub)
+    add_compare_commands(sub)
+    add_lm_command(sub)
+    add_convert_command(sub)
+    add_report_command(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    try:
+        args.func(args)
+    except ValueError as err:
+        print(f"tra: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tra: interrupted", file=sys.stderr)
+        return 130
+    return 0

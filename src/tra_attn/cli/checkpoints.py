@@ -1,0 +1,75 @@
+"""``tra eval`` and ``tra convert``: commands on a trained model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..data import TASKS
+from ..utils.cli_help import HelpFormatter
+from .train import check_output_file
+
+
+def cmd_eval(args) -> None:
+    from ..training.evaluation import evaluate_checkpoint
+    from ..utils.jsonl import write_jsonl
+
+    if args.out:
+        check_output_file(args.out, "--out")
+    rows = evaluate_checkpoint(
+        args.checkpoint,
+        data=args.data,
+        sequences=args.sequences,
+        device=args.device,
+        length=args.length,
+        task=args.task,
+    )
+    if args.out:
+        write_jsonl(args.out, rows)
+    table: dict[tuple, dict] = {}
+    for r in rows:
+        table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
+    metrics = list(next(iter(table.values())))
+    print(f"{'split':<10} {'length':>6}  " + "  ".join(f"{name:>13}" for name in metrics))
+    for (split, length), values in table.items():
+        cells = (f"{v:>13.4f}" if isinstance(v, float) else f"{v:>13}" for v in (values[name] for name in metrics))
+        print(f"{split:<10} {length:>6}  " + "  ".join(cells))
+
+
+def cmd_convert(args) -> None:
+    try:
+        from ..hf import to_hf, to_native
+    except ImportError as err:
+        raise ValueError(str(err)) from None
+    out = (to_hf if args.to == "hf" else to_native)(args.source, args.out)
+    print(f"wrote {args.to} model: {out}")
+
+
+def add_eval_command(sub) -> None:
+    ev = sub.add_parser(
+        "eval", help="evaluate a checkpoint on its task's test splits or on a data file", formatter_class=HelpFormatter
+    )
+    ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory (required)")
+    ev.add_argument("--data", type=Path, help="evaluate on these sequences instead, one per line (default: none)")
+    ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
+    ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
+    ev.add_argument(
+        "--task",
+        choices=sorted(TASKS),
+        help="task, for a model saved without a training config; the run's own keeps its task arguments, another "
+        "takes its defaults (default: its run's)",
+    )
+    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
+    ev.set_defaults(func=cmd_eval)
+
+
+def add_convert_command(sub) -> None:
+    cv = sub.add_parser(
+        "convert",
+        help="convert a model between this library's format and Hugging Face's (needs the [hf] extra)",
+        formatter_class=HelpFormatter,
+    )
+    cv.add_argument("source", type=Path, help="a native model, run or checkpoint (--to hf), or a Hugging Face folder")
+    cv.add_argument("--to", choices=("hf", "native"), required=True, help="the output format (required)")
+    cv.add_argument("--out", type=Path, required=True, help="a new output directory (required)")
+    cv.set_defaults(func=cmd_convert)

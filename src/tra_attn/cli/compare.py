@@ -1,0 +1,221 @@
+"""``tra compare`` (any registered experiment, or the suite), its aliases (``tra bench``, and the command an
+experiment names for itself: ``Experiment.command``), and ``tra report`` (the page of any results folder)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shlex
+from pathlib import Path
+
+from ..experiments.engine import run_comparison
+from ..experiments.registry import experiments
+from ..experiments.suite import run_suite, suite_tasks
+from ..experiments.methods import VARIANTS
+from ..utils.cli_help import HelpFormatter
+from ..utils.jsonl import read_jsonl
+
+RESUMABLE = "Resumable: finished runs are skipped, unfinished ones continue."
+
+
+def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods: str, lrs: str, out: str) -> None:
+    """The flags every comparison takes: preset, methods, seeds, steps, a learning-rate sweep (and the seeds
+    it runs on), output, device. ``presets``, ``methods``, ``lrs`` and ``out`` describe the defaults."""
+    parser.add_argument("--preset", default="cpu", help=f"model and recipe: {presets.replace('%', '%%')}")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/variants.py) to run "
+        f"(default: {methods})",
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
+    parser.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        help=f"learning rates to sweep; each method keeps the best on validation data (default: {lrs})",
+    )
+    parser.add_argument(
+        "--sweep-seeds",
+        type=int,
+        nargs="+",
+        help="with --lrs: the seeds every rate runs on; the other --seeds then run at each method's selected "
+        "rate only (default: every seed)",
+    )
+    parser.add_argument("--out", type=Path, help=f"output directory (default: {out})")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_fit_flag(parser: argparse.ArgumentParser) -> None:
+    """Train-to-fit, for comparisons on tasks scored per sequence."""
+    parser.add_argument(
+        "--fit-accuracy",
+        type=float,
+        help="train to fit: stop a run at the first validation whose full-sequence accuracy reaches this, with "
+        "--steps as the cap; 0 trains every step (default: the preset's)",
+    )
+
+
+def comparison_arguments(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``run_comparison`` from the flags of ``add_comparison_flags`` (and, where the
+    command has them, ``--fit-accuracy`` and ``--data-dir``)."""
+    data_dir = getattr(args, "data_dir", None)
+    return dict(
+        methods=args.methods,
+        seeds=args.seeds,
+        steps=args.steps,
+        lrs=args.lrs,
+        sweep_seeds=args.sweep_seeds,
+        fit_accuracy=getattr(args, "fit_accuracy", None),
+        out=args.out,
+        device=args.device,
+        progress=not args.no_progress,
+        command="tra " + shlex.join(args.argv),
+        **({"task_args": {"data_dir": str(data_dir)}} if data_dir else {}),
+    )
+
+
+def named(name: str, flag: str):
+    """The experiment called ``name``, or a ValueError naming the flag and the registered names."""
+    found = experiments()
+    if name not in found:
+        raise ValueError(f"{flag} = {name!r}; expected one of {list(found)}")
+    return found[name]
+
+
+def compare(experiment, args: argparse.Namespace, **overrides) -> Path:
+    """Run ``experiment``'s comparison with the command's flags (``overrides`` replace some); its page."""
+    return run_comparison(experiment, args.preset, **{**comparison_arguments(args), **overrides}) / "results.md"
+
+
+def compare_or_suite(args: argparse.Namespace, command: str, flag: str, usage: str, **overrides) -> Path:
+    """The page of the task's comparison (the task given with ``flag``, written ``usage`` in errors) or of
+    the suite (``--suite``, ``--tasks``)."""
+    if args.suite == bool(args.task):
+        raise ValueError(f"{command}: expected exactly one of {usage} and --suite")
+    if args.suite:
+        return run_suite(args.preset, tasks=args.tasks, **comparison_arguments(args))
+    if args.tasks:
+        raise ValueError(f"--tasks chooses the suite's tasks; expected it with --suite, not {flag}")
+    return compare(named(args.task, flag), args, **overrides)
+
+
+def cmd_compare(args) -> None:
+    print(compare_or_suite(args, "tra compare", "TASK", "TASK").read_text())
+
+
+def cmd_bench(args) -> None:
+    """``tra compare`` with the task as ``--task`` and its output in runs/bench_<task>_<preset>."""
+    out = args.out or (Path(f"runs/bench_{args.task}_{args.preset}") if args.task else None)
+    print(compare_or_suite(args, "tra bench", "--task", "--task NAME", out=out).read_text())
+
+
+def cmd_experiment(name: str, args) -> None:
+    """An experiment's own command: ``tra compare NAME``."""
+    print(compare(named(name, "command"), args).read_text())
+
+
+def described(presets) -> str:
+    return ", ".join(f"{name} ({p.description})" for name, p in presets.items())
+
+
+def add_compare_commands(sub: argparse._SubParsersAction) -> None:
+    """``tra compare``, ``tra bench`` and the command of each experiment that has one."""
+    found = experiments()
+    suite = ", ".join(suite_tasks())
+    cp = sub.add_parser(
+        "compare",
+        help="TRA vs ablations vs baselines on any registered task (or the suite): train, select, evaluate, report",
+        description="Train every method on a task with each method's learning rate chosen on validation data, "
+        "evaluate it, write results.jsonl and the task's page (results.md and its plot). "
+        + RESUMABLE
+        + " Tasks: "
+        + "; ".join(f"{name}: {e.summary}" for name, e in found.items()).replace("%", "%%"),
+        formatter_class=HelpFormatter,
+    )
+    cp.add_argument("task", nargs="?", metavar="TASK", help=f"the task, one of {', '.join(found)} (default: none)")
+    cp.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
+    cp.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    every = "; ".join(f"{name}: {', '.join(e.presets)}" for name, e in found.items())
+    add_comparison_flags(
+        cp,
+        f"one of the task's ({every})",
+        methods="the task's: every registered kind"
+        + "".join(f"; {name}: {' '.join(e.default_methods)}" for name, e in found.items() if e.default_methods),
+        lrs="the preset's rate per method",
+        out="runs/<task>_<preset>, or runs/suite_<preset>",
+    )
+    add_fit_flag(cp)
+    cp.add_argument("--data-dir", type=Path, help="lm: folder of the corpus files (default: found for austen)")
+    cp.set_defaults(func=cmd_compare)
+
+    bench = sub.add_parser(
+        "bench",
+        help="TRA vs ablations vs baselines on any procedural task (--task) or the whole suite (--suite)",
+        description="Train every method on a task, trained to fit within a step cap, with each method's learning "
+        "rate chosen on validation data; evaluate every test split (longer and shifted-density); write "
+        "results.jsonl, results.md and accuracy.png. " + RESUMABLE + " The same as `tra compare`.",
+        formatter_class=HelpFormatter,
+    )
+    bench.add_argument("--task", help=f"the task, one of {', '.join(found)} (default: none; or --suite)")
+    bench.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
+    bench.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    add_comparison_flags(
+        bench,
+        described(found[suite_tasks()[0]].presets),
+        methods="every registered kind",
+        lrs="the preset's rate per method",
+        out="runs/bench_<task>_<preset> or runs/suite_<preset>",
+    )
+    add_fit_flag(bench)
+    bench.set_defaults(func=cmd_bench)
+
+    for name, experiment in found.items():
+        if experiment.command:
+            own = sub.add_parser(
+                experiment.command,
+                help=experiment.summary,
+                description=f"{experiment.summary}: `tra compare {name}`. Writes results.jsonl and the page. "
+                + RESUMABLE,
+                formatter_class=HelpFormatter,
+            )
+            add_comparison_flags(
+                own,
+                described(experiment.presets),
+                methods=" ".join(experiment.default_methods or ()) or "every registered kind",
+                lrs="the preset's validated rate per method",
+                out=f"runs/{name}_<preset>",
+            )
+            if experiment.fit_accuracy is not None:
+                add_fit_flag(own)
+            own.set_defaults(func=functools.partial(cmd_experiment, name))
+
+
+def cmd_report(args) -> None:
+    rows = read_jsonl(args.results / "results.jsonl")
+    if not rows:
+        raise ValueError(f"{args.results / 'results.jsonl'} is missing or empty; expected the rows of an experiment")
+    writers: dict = {}
+    for experiment in experiments().values():  # rows of a task get the page of the first experiment on it
+        writers.setdefault(experiment.task, experiment.write_report)
+    task = rows[0].get("task")
+    if task not in writers:
+        raise ValueError(
+            f"{args.results}: rows of task {task!r}; expected rows of an experiment with a report page, "
+            f"one of {sorted(writers)}"
+        )
+    path = writers[task](args.results, notes=args.notes, markdown=args.markdown, command=args.command or "")
+    print(path.read_text())
+
+
+def add_report_command(sub: argparse._SubParsersAction) -> None:
+    rp = sub.add_parser(
+        "report", help="rebuild the Markdown page and plot of a results directory", formatter_class=HelpFormatter
+    )
+    rp.add_argument("results", type=Path, help="directory holding results.jsonl")
+    rp.add_argument("--notes", type=Path, help="Markdown appended as a discussion section (default: none)")
+    rp.add_argument("--markdown", type=Path, help="where to write the page (default: RESULTS/results.md)")
+    rp.add_argument("--command", help="the command that produced the rows, shown on the page (default: run.json's)")
+    rp.set_defaults(func=cmd_report)

@@ -1,0 +1,42 @@
+"""The experiments ``tra compare`` runs, keyed by name: each experiment package's records, and any record
+registered with ``register_experiment`` (a plug-in's or a test's)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from .experiment import Experiment
+
+_REGISTERED: dict[str, Experiment] = {}
+
+
+def register_experiment(experiment: Experiment, replace: bool = False) -> Experiment:
+    """Add ``experiment`` under its name; refuses to overwrite an existing name unless ``replace``."""
+    if not isinstance(experiment, Experiment):
+        raise TypeError(f"register_experiment: experiment = {experiment!r}; expected an Experiment")
+    if experiment.name in experiments() and not replace:
+        raise ValueError(f"register_experiment: {experiment.name!r} is already registered; pass replace=True")
+    _REGISTERED[experiment.name] = experiment
+    return experiment
+
+
+def unregister_experiment(name: str) -> None:
+    """Remove a registered experiment (for tests and plug-ins that register temporary ones)."""
+    _REGISTERED.pop(name, None)
+
+
+@functools.cache
+def _packaged() -> dict[str, Experiment]:
+    """The records of this folder's experiment packages (each lists its own in ``EXPERIMENTS``)."""
+    found = {}
+    for info in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
+        if info.ispkg:
+            found.update((e.name, e) for e in importlib.import_module(f"{__package__}.{info.name}").EXPERIMENTS)
+    return found
+
+
+def experiments() -> dict[str, Experiment]:
+    """Every experiment: those of this folder's packages, then the registered ones (which may replace them)."""
+    return {**_packaged(), **_REGISTERED}
