@@ -9,9 +9,9 @@ import shlex
 from pathlib import Path
 
 from ..experiments.engine import run_comparison
+from ..experiments.methods import VARIANTS
 from ..experiments.registry import experiments
 from ..experiments.suite import run_suite, suite_tasks
-from ..experiments.methods import VARIANTS
 from ..utils.cli_help import HelpFormatter
 from ..utils.jsonl import read_jsonl
 

@@ -22,9 +22,9 @@ from ..utils.atomic import make_directory
 from ..utils.jsonl import read_jsonl, write_jsonl
 from ..utils.provenance import git_commit
 from .experiment import Experiment
+from .methods import resolve_method
 from .preset import Preset
 from .runs import check_methods, check_run_arguments, run_dir, write_selection
-from .methods import resolve_method
 
 
 def run_config(
