@@ -127,7 +127,8 @@ def migration_lines(source: str) -> set[int]:
 
 
 def test_generic_rooms_name_no_task_and_no_attention_option():
-    paths = [p for room in GENERIC_ROOMS for p in ([SRC / room] if room.endswith(".py") else (SRC / room).rglob("*.py"))]
+    paths = [SRC / room for room in GENERIC_ROOMS if room.endswith(".py")]
+    paths += [p for room in GENERIC_ROOMS if not room.endswith(".py") for p in (SRC / room).rglob("*.py")]
     offending = []
     for path in paths:
         source = path.read_text()
