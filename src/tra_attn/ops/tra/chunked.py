@@ -285,9 +285,7 @@ def tra_chunked(
     b, h, sq, d = q.shape
     block = block_size or default_block_size(sq, k.shape[2])
     windows = (int(local_window), int(sliding_window))
-    out = ChunkedTRA.apply(
-        *_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau, windows
-    )
+    out = ChunkedTRA.apply(*_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau, windows)
     return out.reshape(b, h, sq, d).to(q.dtype)
 
 
