@@ -10,6 +10,8 @@ Inside a strip the key block is stored reversed, which turns that in-block rever
 plain cumulative sum. The softmax is accumulated online (running max, normaliser and output), the
 forward saves the log-sum-exp per row (+inf for rows with no kept key) and the backward recomputes
 each strip once, producing the complete dK/dV of its key block. See docs/carry.md and docs/backward.md.
+The keep rule's windows are masks on a strip's first rows; with a sliding window, rows and key blocks
+outside every window are skipped (docs/windows.md).
 """
 
 from __future__ import annotations

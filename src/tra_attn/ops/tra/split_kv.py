@@ -8,7 +8,7 @@ pairs with those shifts reproduces exact TRA (derivation: docs/split_kv.md).
 
 The windows of the keep rule need no kernel support here: a sliding window drops the keys outside it
 before splitting, and the local window's keys (all kept, whatever their score) form one more split,
-computed with threshold -inf, to the right of the others (docs/split_kv.md, section 8).
+computed with threshold -inf, to the right of the others (docs/windows.md, section 4).
 """
 
 from __future__ import annotations
