@@ -51,7 +51,7 @@ class _Strip:
     first rows of the strip, the only ones where they are not all ones (allowed) or all zeros (forced).
     """
 
-    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype, device, local_window: int = 0, sliding_window=0):
+    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype, device, local_window=0, sliding_window=0):
         offset = sk - sq  # query row r sits at absolute position offset + r
         self.j0 = j0
         self.r0 = max(0, j0 - offset)  # first row that can see the block

@@ -12,7 +12,7 @@ from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax,
 
 
 def keep_mask(scores: torch.Tensor, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
-    """Key j is kept for query i iff 0 <= d < sliding_window (if > 0) and (s_ij > threshold or d < local_window),
+    """Key j is kept for query i iff 0 <= d, d < sliding_window (if > 0), and (s_ij > threshold or d < local_window),
     with d = i - j (scores: (..., Sq, Sk)); docs/op_contract.md, section 8."""
     sq, sk = scores.shape[-2:]
     if not (local_window or sliding_window):
