@@ -46,7 +46,7 @@ def assert_close(actual, expected, atol, rtol=0.0, name=""):
     )
 
 
-def naive_with_key_start(q, k, v, log_gate, scale, threshold, key_start):
+def naive_with_key_start(q, k, v, log_gate, scale, threshold, key_start, local_window=0, sliding_window=0):
     """Naive TRA in which query row r only sees keys j >= key_start[..., r]: what pruning computes."""
     from tra_attn.ops.masks import compute_dtype, masked_softmax
     from tra_attn.ops.tra.naive import keep_mask, reverse_cumsum
@@ -55,6 +55,6 @@ def naive_with_key_start(q, k, v, log_gate, scale, threshold, key_start):
     qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
     scores = scale * (qc @ kc.transpose(-1, -2))
     keys = torch.arange(k.shape[-2])
-    keep = keep_mask(scores, threshold) & (keys >= key_start[..., None])
+    keep = keep_mask(scores, threshold, local_window, sliding_window) & (keys >= key_start[..., None])
     count = reverse_cumsum(keep.long()).to(cdt)
     return (masked_softmax(scores + gc[..., None] * count, keep) @ vc).to(q.dtype)

@@ -57,6 +57,13 @@ def small(kind="tra", **overrides):
         ({"tra_threshold": "0"}, r"ModelConfig\.tra_threshold = '0'; expected a number"),
         ({"tra_threshold_warmup": -1}, r"ModelConfig\.tra_threshold_warmup = -1; expected a non-negative integer"),
         ({"tra_threshold_warmup": 2.0}, r"ModelConfig\.tra_threshold_warmup = 2\.0; expected a non-negative integer"),
+        ({"tra_local_window": -1}, r"ModelConfig\.tra_local_window = -1; expected a non-negative integer"),
+        ({"tra_local_window": True}, r"ModelConfig\.tra_local_window = True; expected a non-negative integer"),
+        ({"tra_dense_window": 1.5}, r"ModelConfig\.tra_dense_window = 1\.5; expected a non-negative integer"),
+        (
+            {"tra_dense_window": 16},
+            r"ModelConfig\.tra_dense_window = 16; expected 0 when tra_dense_heads = 0 \(the window applies to the",
+        ),
     ],
 )
 def test_bad_model_config(kwargs, pattern):
@@ -80,6 +87,15 @@ def test_bad_model_config(kwargs, pattern):
         (
             {"attention": "rope", "tra_threshold_warmup": 3},
             r"tra_threshold_warmup = 3; expected 0 for attention = 'rope'",
+        ),
+        ({"attention": "fox", "tra_local_window": 2}, r"tra_local_window = 2; expected 0 for attention = 'fox'"),
+        (
+            {"attention": "tra_nothreshold", "tra_local_window": 2},
+            r"tra_local_window = 2; expected 0 for attention = 'tra_nothreshold', which has no TRA threshold",
+        ),
+        (
+            {"attention": "alibi", "tra_dense_heads": 1, "tra_dense_window": 8},
+            r"tra_dense_heads = 1; expected 0 for attention = 'alibi'",
         ),
     ],
 )
@@ -108,7 +124,7 @@ def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 6}, r"ModelConfig: version = 6; expected a version from 1 to 5 \(newer files need a newer tra\)"),
+        ({"version": 7}, r"ModelConfig: version = 7; expected a version from 1 to 6 \(newer files need a newer tra\)"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],

@@ -80,6 +80,12 @@ OPTION_CASES = [
     ({"logit_dropout": math.nan}, r"logit_dropout = nan; expected a probability"),
     ({"logit_dropout": None}, r"logit_dropout = None \(a NoneType\); expected a probability"),
     ({"logit_dropout": True}, r"logit_dropout = True \(a bool\); expected a probability"),
+    ({"local_window": -1}, r"local_window = -1; expected a non-negative integer \(0: off; w > 0: the w most"),
+    ({"local_window": 2.0}, r"local_window = 2\.0; expected a non-negative integer"),
+    ({"local_window": True}, r"local_window = True \(a bool\); expected a non-negative integer"),
+    ({"sliding_window": -3}, r"sliding_window = -3; expected a non-negative integer \(0: off; w > 0: only the w"),
+    ({"sliding_window": "8"}, r"sliding_window = '8' \(a str\); expected a non-negative integer"),
+    ({"sliding_window": None}, r"sliding_window = None \(a NoneType\); expected a non-negative integer"),
 ]
 
 

@@ -11,6 +11,14 @@ import torch.nn.functional as F
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 
 KINDS = sorted(ATTENTION_KINDS)
+# Every kind as it is, and the TRA kinds with a threshold also with the keep rule's windows (a local window
+# shorter than the cached prefix, and a windowed dense head): the cache holds every key, the windows pick.
+WINDOWS = {"tra_local_window": 3, "tra_dense_heads": 1, "tra_dense_window": 5}
+CACHE_CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
+
+
+def cache_case_id(case):
+    return case if isinstance(case, str) else ("windows" if case else "")
 
 
 def tiny_config(kind, **overrides):
@@ -113,10 +121,10 @@ def test_version_2_model_configs_load_without_a_temperature():
     assert ModelConfig.from_dict(data).tra_learned_temperature is False
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_prefill_in_chunks_through_the_cache_equals_full_forward(kind):
+@pytest.mark.parametrize("kind,options", CACHE_CASES, ids=cache_case_id)
+def test_prefill_in_chunks_through_the_cache_equals_full_forward(kind, options):
     torch.manual_seed(2)
-    model = TransformerLM(tiny_config(kind)).double().eval()
+    model = TransformerLM(tiny_config(kind, **options)).double().eval()
     ids = torch.randint(0, 13, (2, 23))
     full = model(ids)
     cache = model.new_cache()
@@ -125,10 +133,10 @@ def test_prefill_in_chunks_through_the_cache_equals_full_forward(kind):
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_cached_greedy_generation_equals_uncached(kind):
+@pytest.mark.parametrize("kind,options", CACHE_CASES, ids=cache_case_id)
+def test_cached_greedy_generation_equals_uncached(kind, options):
     torch.manual_seed(3)
-    model = TransformerLM(tiny_config(kind, n_layers=2))
+    model = TransformerLM(tiny_config(kind, n_layers=2, **options))
     with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
         model.lm_head.weight.mul_(20)
     prompt = torch.randint(0, 13, (3, 7))

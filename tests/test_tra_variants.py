@@ -189,6 +189,35 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
     torch.testing.assert_close(parts, model(ids), atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["tra", "tra_keygate", "tra_nodistance"])
+def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_window_to_dense_heads(kind):
+    torch.manual_seed(0)
+    windows = {"tra_local_window": 3, "tra_dense_window": 4}
+    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind, tra_dense_heads=2)
+    model = TransformerLM(ModelConfig(**config, **windows)).double()
+    plain = TransformerLM(ModelConfig(**config)).double()
+    plain.load_state_dict(model.state_dict())
+    layer, plain_layer = model.blocks[0].attn, plain.blocks[0].attn
+    x = torch.randn(2, 19, 32, dtype=torch.float64)
+    q, k, v = (layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    windowed = layer.attend(x, q, k, v, None)
+    qn, kn = layer.normalize(q, k)
+    gate = layer.log_gate(x)  # at the query positions; for tra_keygate, the same values at the keys
+    dense = layer.op(qn[:, :2], kn[:, :2], v[:, :2], gate[:, :2], float("-inf"), sliding_window=4)
+    sparse = layer.op(qn[:, 2:], kn[:, 2:], v[:, 2:], gate[:, 2:], 0.0, local_window=3)
+    torch.testing.assert_close(windowed, torch.cat([dense, sparse], dim=1), atol=0, rtol=0)
+    unwindowed = plain_layer.attend(x, q, k, v, None)
+    assert not torch.allclose(windowed[:, :2], unwindowed[:, :2])  # the window binds at length 19
+    assert not torch.allclose(windowed[:, 2:], unwindowed[:, 2:])  # some keys are kept only locally
+
+
+def test_version_5_model_configs_load_without_windows():
+    data = {**ModelConfig(tra_dense_heads=1).to_dict(), "version": 5}
+    del data["tra_local_window"], data["tra_dense_window"]
+    loaded = ModelConfig.from_dict(data)
+    assert loaded == ModelConfig(tra_dense_heads=1) and loaded.tra_local_window == loaded.tra_dense_window == 0
+
+
 @pytest.mark.parametrize(
     "overrides,pattern",
     [

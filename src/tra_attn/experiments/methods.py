@@ -5,7 +5,7 @@ plus how pages show it (label, colour), its default learning rate and a descript
 kinds themselves (TRA, its ablations, then the baselines), then the named variants: an ablation run as a
 method of its own (``--methods tra tra_warmup``), under the same protocol as the kinds (same budget and
 seeds, its own learning rate chosen on validation data), its rows carrying its name. A TRA variant is
-evaluated as the TRA op with its own threshold and dense heads; the warm-up changes training only.
+evaluated as the TRA op with its own threshold, dense heads and windows; the warm-up changes training only.
 
 Adding a method is one row (``register_method(Method(...))`` for a plug-in). A kind registered in
 ``layers/`` without a row still runs as a method: label its name, no colour, learning rate 1e-3, so a
@@ -107,6 +107,14 @@ for _row in (
         model={"tra_dense_heads": 1, "block_style": "paper"},
     ),
     Method(
+        "tra_dense1_window16",
+        "tra",
+        "tra_dense1_window16",
+        "#17becf",
+        description="tra_dense1 with the dense head keeping only the 16 most recent keys",
+        model={"tra_dense_heads": 1, "tra_dense_window": 16},
+    ),
+    Method(
         "tra_dense2",
         "tra",
         "tra_dense2",
@@ -115,12 +123,44 @@ for _row in (
         model={"tra_dense_heads": 2},
     ),
     Method(
+        "tra_dense2_window16",
+        "tra",
+        "tra_dense2_window16",
+        "#393b79",
+        description="tra_dense2 with the dense heads keeping only the 16 most recent keys",
+        model={"tra_dense_heads": 2, "tra_dense_window": 16},
+    ),
+    Method(
         "tra_gate3",
         "tra",
         "tra_gate3",
         "#c49c94",
         description="forget-gate bias initialised to 3 (log-gate -0.05: long memory at the start)",
         model={"gate_bias_init": 3.0},
+    ),
+    Method(
+        "tra_local2",
+        "tra",
+        "tra_local2",
+        "#637939",
+        description="the 2 most recent keys (the query's own included) always kept and counted, whatever their score",
+        model={"tra_local_window": 2},
+    ),
+    Method(
+        "tra_local2_dense1_window16",
+        "tra",
+        "tra_local2_dense1_window16",
+        "#8c6d31",
+        description="tra_local2 in the thresholded heads, and tra_dense1_window16",
+        model={"tra_local_window": 2, "tra_dense_heads": 1, "tra_dense_window": 16},
+    ),
+    Method(
+        "tra_local4",
+        "tra",
+        "tra_local4",
+        "#843c39",
+        description="the 4 most recent keys (the query's own included) always kept and counted, whatever their score",
+        model={"tra_local_window": 4},
     ),
     Method(
         "tra_paperblock",

@@ -13,6 +13,11 @@ Option ``tra_dense_heads = n``: the first n heads of each layer keep every causa
 c_ij = i - j + 1, a data-dependent ALiBi), the other heads are TRA as above. Text needs some heads that
 read recent tokens whatever their content; the threshold can only keep keys by content.
 
+Option ``tra_local_window = w``: the thresholded heads always keep the w most recent keys (the query's own
+included), whatever their score; they are counted in c_ij like every kept key, so the count stays bounded by
+w plus the relevant keys. Option ``tra_dense_window = w``: the dense heads keep only the w most recent keys, a
+window that does not grow with the length (docs/op_contract.md, section 8).
+
 Option ``tra_threshold_warmup = W`` (training only): the threshold of the training forwards rises in stages
 from threshold - sqrt(D) (every key kept) to the threshold over the first W steps (layers/tra_warmup.py).
 
@@ -54,6 +59,8 @@ class TRAAttention(Attention):
         self.training_threshold: float | None = None  # set by on_train_step while the warm-up lasts
         self.impl = config.tra_impl
         self.dense_heads = config.tra_dense_heads
+        self.local_window = config.tra_local_window
+        self.dense_window = config.tra_dense_window
         if self.has_gate:
             self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
         self.log_temperature = nn.Parameter(torch.zeros(config.n_heads)) if config.tra_learned_temperature else None
@@ -95,18 +102,28 @@ class TRAAttention(Attention):
 
     def by_heads(self, q, k, v, log_gate) -> torch.Tensor:
         """``op`` on every head, with no threshold on the first ``dense_heads`` of them."""
-        n, threshold = self.dense_heads, self.current_threshold()
+        n, threshold, local = self.dense_heads, self.current_threshold(), self.local_window
         if not n:
-            return self.op(q, k, v, log_gate, threshold)
-        # The first n heads keep every causal key; the others are exact TRA with the layer's threshold.
-        dense = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"))
-        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], threshold)
+            return self.op(q, k, v, log_gate, threshold, local_window=local)
+        # The first n heads keep every causal key (in their window, if any); the others are exact TRA with the
+        # layer's threshold (and local window).
+        dense = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"), sliding_window=self.dense_window)
+        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], threshold, local_window=local)
         return torch.cat([dense, sparse], dim=1)
 
-    def op(self, q, k, v, log_gate, threshold: float) -> torch.Tensor:
+    def op(self, q, k, v, log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
         """The TRA op on these heads, with the configured implementation (the materialised one when the
         logits are dropped: training with attention_dropout)."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(
-            q, k, v, log_gate, threshold=threshold, impl=self.impl, logit_dropout=self.logit_dropout(), validate=False
+            q,
+            k,
+            v,
+            log_gate,
+            threshold=threshold,
+            impl=self.impl,
+            logit_dropout=self.logit_dropout(),
+            local_window=local_window,
+            sliding_window=sliding_window,
+            validate=False,
         )

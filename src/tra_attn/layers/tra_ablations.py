@@ -1,9 +1,10 @@
 """TRA ablations: each removes or moves one ingredient of the TRA layer (layers/tra.py).
 
 - ``tra_keygate``: the forget gate is taken at each kept key between j and i (FoX-style),
-  logits_ij = s_ij + sum over kept l in [j, i] of g_l. Materialised O(S^2) reference op.
+  logits_ij = s_ij + sum over kept l in [j, i] of g_l. Materialised O(S^2) reference op; the keep rule,
+  windows included, is TRA's.
 - ``tra_nothreshold``: no threshold; every causal key is kept, so c_ij = i - j + 1 and the bias is
-  g_i (i - j + 1): a data-dependent ALiBi.
+  g_i (i - j + 1): a data-dependent ALiBi. No threshold, so no threshold options (dense heads, windows).
 - ``tra_nodistance``: the threshold only, no distance term (NoPE plus selective sparsity).
 """
 
@@ -21,8 +22,10 @@ class TRAKeyGateAttention(TRAAttention):
         k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
         return self.by_heads(q, k, v, extras["log_gate"])
 
-    def op(self, q, k, v, key_log_gate, threshold: float) -> torch.Tensor:
-        return tra_key_gate_naive(q, k, v, key_log_gate, self.head_dim**-0.5, threshold, self.logit_dropout())
+    def op(self, q, k, v, key_log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0):
+        scale = self.head_dim**-0.5
+        dropout = self.logit_dropout()
+        return tra_key_gate_naive(q, k, v, key_log_gate, scale, threshold, dropout, local_window, sliding_window)
 
 
 class TRANoThresholdAttention(TRAAttention):

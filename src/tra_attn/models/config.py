@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 5
+VERSION = 6
 
 
 def migrate(data: dict) -> dict:
@@ -27,6 +27,8 @@ def migrate(data: dict) -> dict:
     ("normal") and every TRA head thresholded (0).
     Version 4 had no ``tra_threshold_warmup``: the warm-up was a training option (TrainConfig version 4
     moves it here), so a model config of its own gets 0.
+    Version 5 had no ``tra_local_window`` or ``tra_dense_window``: no local window in the thresholded heads,
+    every causal key in the dense heads (0 for both).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -37,6 +39,9 @@ def migrate(data: dict) -> dict:
         data.update({k: v for k, v in V4_DEFAULTS.items() if k not in data})
     if version <= 4:
         data.setdefault("tra_threshold_warmup", 0)
+    if version <= 5:
+        data.setdefault("tra_local_window", 0)
+        data.setdefault("tra_dense_window", 0)
     return data
 
 
@@ -95,6 +100,18 @@ class ModelConfig:
         default=0,
         metadata={"help": "TRA kinds: the first N heads of each layer keep every causal key (no threshold)"},
     )
+    tra_local_window: int = field(
+        default=0,
+        metadata={
+            "help": "TRA kinds: the w most recent keys are always kept (and counted) in the thresholded heads; 0: off"
+        },
+    )
+    tra_dense_window: int = field(
+        default=0,
+        metadata={
+            "help": "TRA kinds: the dense heads (tra_dense_heads) keep only the w most recent keys; 0: every causal key"
+        },
+    )
     tra_threshold_warmup: int = field(
         default=0,
         metadata={
@@ -148,9 +165,12 @@ class ModelConfig:
         dense = self.tra_dense_heads
         if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= self.n_heads:
             fail("tra_dense_heads", f"an integer from 0 to n_heads = {self.n_heads}")
-        warmup = self.tra_threshold_warmup
-        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-            fail("tra_threshold_warmup", "a non-negative integer")
+        for name in ("tra_threshold_warmup", "tra_local_window", "tra_dense_window"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                fail(name, "a non-negative integer")
+        if self.tra_dense_window and not dense:
+            fail("tra_dense_window", "0 when tra_dense_heads = 0 (the window applies to the dense heads)")
         if self.tokenizer is not None:
             described = isinstance(self.tokenizer, dict) and isinstance(self.tokenizer.get("name"), str)
             if not described or not isinstance(self.tokenizer.get("vocab_size"), int):

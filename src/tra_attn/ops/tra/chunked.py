@@ -10,6 +10,8 @@ Inside a strip the key block is stored reversed, which turns that in-block rever
 plain cumulative sum. The softmax is accumulated online (running max, normaliser and output), the
 forward saves the log-sum-exp per row (+inf for rows with no kept key) and the backward recomputes
 each strip once, producing the complete dK/dV of its key block. See docs/carry.md and docs/backward.md.
+The keep rule's windows are masks on a strip's first rows; with a sliding window, rows and key blocks
+outside every window are skipped (docs/windows.md).
 """
 
 from __future__ import annotations
@@ -42,26 +44,43 @@ class _Workspace:
 
 
 class _Strip:
-    """Per-block geometry: which query rows see key block [j0, j1), and its causal mask."""
+    """Per-block geometry: which query rows see key block [j0, j1), and their masks (docs/windows.md).
 
-    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype: torch.dtype, device: torch.device):
+    Column t of the (reversed) block holds key j1 - 1 - t, at distance d = i - j1 + 1 + t from row i.
+    ``allowed`` (causal, and inside the sliding window) and ``forced`` (inside the local window) cover the
+    first rows of the strip, the only ones where they are not all ones (allowed) or all zeros (forced).
+    """
+
+    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype, device, local_window=0, sliding_window=0):
         offset = sk - sq  # query row r sits at absolute position offset + r
         self.j0 = j0
         self.r0 = max(0, j0 - offset)  # first row that can see the block
-        self.r1 = sq  # rows [r0, r1) are processed; pruning may lower r1
-        # Rows whose position is below j1 - 1 see only part of the block (the diagonal tile).
-        n_diag = min(sq, j1 - 1 - offset) - self.r0
-        self.visible = None
-        if n_diag > 0:
-            rows = offset + self.r0 + torch.arange(n_diag, device=device)
-            reversed_cols = torch.arange(j1 - j0, device=device)  # column t holds key j1 - 1 - t
-            self.visible = (reversed_cols[None, :] >= (j1 - 1 - rows)[:, None]).to(dtype)
+        # Rows [r0, r1) are processed: with a sliding window, rows at distance >= window from every key of
+        # the block stay out; pruning may lower r1 further.
+        self.r1 = min(sq, j1 - 1 + sliding_window - offset) if sliding_window else sq
+        # Rows whose position is below j1 - 1 see only part of the block (the diagonal tile); with a
+        # sliding window, every row of the strip may miss part of it.
+        n_allowed = self.r1 - self.r0 if sliding_window else min(sq, j1 - 1 - offset) - self.r0
+        # Rows with some key of the block at d < local_window.
+        n_forced = min(self.r1, j1 - 1 + local_window - offset) - self.r0 if local_window else 0
+        distance = None
+        if max(n_allowed, n_forced) > 0:
+            rows = offset + self.r0 + torch.arange(max(n_allowed, n_forced), device=device)
+            distance = (rows - j1 + 1)[:, None] + torch.arange(j1 - j0, device=device)[None, :]
+        self.allowed = self.forced = None
+        if n_allowed > 0:
+            inside = distance[:n_allowed] >= 0
+            if sliding_window:
+                inside &= distance[:n_allowed] < sliding_window
+            self.allowed = inside.to(dtype)
+        if n_forced > 0:
+            self.forced = (distance[:n_forced] < local_window).to(dtype)
 
     def restrict(self, active: torch.Tensor | None) -> torch.Tensor | None:
         """With pruning, process only rows up to the last active one; returns their (N, R, 1) mask."""
         if active is None:
             return None
-        rows = active[:, self.r0 :].any(0).nonzero()
+        rows = active[:, self.r0 : self.r1].any(0).nonzero()
         self.r1 = self.r0 + (int(rows[-1]) + 1 if len(rows) else 0)
         return active[:, self.r0 : self.r1, None]
 
@@ -77,9 +96,12 @@ class _Strip:
         shape = (q_rows.shape[0], q_rows.shape[1], k_rev.shape[1])
         logits = torch.matmul(q_rows, k_rev.transpose(-1, -2), out=ws.get(0, shape))
         keep = torch.gt(logits, threshold, out=ws.get(1, shape))
-        if self.visible is not None:
-            n = min(self.visible.shape[0], r1 - r0)
-            keep[:, :n].mul_(self.visible[:n])
+        if self.forced is not None:  # locally kept whatever the score (0/1 values: max is "or")
+            n = min(self.forced.shape[0], r1 - r0)
+            keep[:, :n].add_(self.forced[:n]).clamp_(max=1.0)
+        if self.allowed is not None:
+            n = min(self.allowed.shape[0], r1 - r0)
+            keep[:, :n].mul_(self.allowed[:n])
         if active is not None:
             keep.mul_(active)
         count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:r1, None])
@@ -88,12 +110,17 @@ class _Strip:
         return logits, keep, count
 
 
-def _blocks(sk: int, block: int):
-    """Key blocks [j0, j1), right to left."""
+def _blocks(sk: int, block: int, first_key: int = 0):
+    """Key blocks [j0, j1), right to left, down to the block holding key ``first_key``."""
     if sk == 0:
         return
-    for j0 in range(((sk - 1) // block) * block, -1, -block):
+    for j0 in range(((sk - 1) // block) * block, (first_key // block) * block - 1, -block):
         yield j0, min(j0 + block, sk)
+
+
+def first_key(sq: int, sk: int, sliding_window: int) -> int:
+    """The leftmost key inside some query's sliding window (0 without one): blocks left of it are skipped."""
+    return max(0, sk - sq - sliding_window + 1) if sliding_window else 0
 
 
 def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -130,8 +157,10 @@ class _Pruning:
         self.stop[:, rows].masked_fill_(done, strip.j0)
 
 
-def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None):
-    """Output, LSE (+inf for empty rows), kept keys per row, and the pruning stops (or None)."""
+def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None, windows):
+    """Output, LSE (+inf for empty rows), kept keys per row, and the pruning stops (or None).
+
+    ``windows`` is (local_window, sliding_window)."""
     n, sq, d = q.shape
     sk = k.shape[1]
     dt = q.dtype
@@ -142,8 +171,8 @@ def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prun
     carry = torch.zeros((n, sq), dtype=dt, device=q.device)
     ws = _Workspace(4, n * sq * min(block, sk), q)
     pruning = None if prune_tau is None else _Pruning(q, k, log_gate, scale, prune_tau)
-    for j0, j1 in _blocks(sk, block):
-        strip = _Strip(j0, j1, sq, sk, dt, q.device)
+    for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1])):
+        strip = _Strip(j0, j1, sq, sk, dt, q.device, *windows)
         active = strip.restrict(None if pruning is None else pruning.active)
         r0, r1 = strip.r0, strip.r1
         if r1 == r0:
@@ -175,10 +204,10 @@ class ChunkedTRA(torch.autograd.Function):
     """Autograd function over flattened (N = B * H) inputs in the compute dtype."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None):
-        out, lse, _, stop = _forward(q, k, v, log_gate, scale, threshold, block, prune_tau)
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows):
+        out, lse, _, stop = _forward(q, k, v, log_gate, scale, threshold, block, prune_tau, windows)
         ctx.save_for_backward(q, k, v, log_gate, out, lse, stop)
-        ctx.scale, ctx.threshold, ctx.block = scale, threshold, block
+        ctx.scale, ctx.threshold, ctx.block, ctx.windows = scale, threshold, block, windows
         return out
 
     @staticmethod
@@ -190,7 +219,7 @@ class ChunkedTRA(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad_out):
         q, k, v, log_gate, out, lse, stop = ctx.saved_tensors
-        scale, threshold, block = ctx.scale, ctx.threshold, ctx.block
+        scale, threshold, block, windows = ctx.scale, ctx.threshold, ctx.block, ctx.windows
         n, sq, _ = q.shape
         sk = k.shape[1]
         grad_out = grad_out.to(q.dtype)
@@ -202,8 +231,8 @@ class ChunkedTRA(torch.autograd.Function):
         dgate = torch.zeros_like(log_gate)
         carry = torch.zeros_like(log_gate)
         ws = _Workspace(4, n * sq * min(block, sk), q)
-        for j0, j1 in _blocks(sk, block):
-            strip = _Strip(j0, j1, sq, sk, q.dtype, q.device)
+        for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1])):
+            strip = _Strip(j0, j1, sq, sk, q.dtype, q.device, *windows)
             active = strip.restrict(None if stop is None else stop <= j0)  # the keys the forward visited
             r0, r1 = strip.r0, strip.r1
             if r1 == r0:
@@ -219,7 +248,7 @@ class ChunkedTRA(torch.autograd.Function):
             dk[:, j0:j1] = torch.matmul(dlogits.transpose(-1, -2), q_scaled[:, r0:r1]).flip(1)
             dv[:, j0:j1] = torch.matmul(p.transpose(-1, -2), go).flip(1)
             dgate[:, r0:r1] += torch.einsum("nrt,nrt->nr", dlogits, count)
-        return dq.mul_(scale), dk, dv, dgate, None, None, None, None
+        return dq.mul_(scale), dk, dv, dgate, None, None, None, None, None
 
 
 def default_block_size(sq: int, sk: int) -> int:
@@ -243,18 +272,37 @@ def _flatten(q, k, v, log_gate):
 
 
 def tra_chunked(
-    q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None, prune_tau: float | None = None
+    q,
+    k,
+    v,
+    log_gate,
+    scale: float,
+    threshold: float,
+    block_size: int | None = None,
+    prune_tau: float | None = None,
+    local_window: int = 0,
+    sliding_window: int = 0,
 ):
     """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
     b, h, sq, d = q.shape
     block = block_size or default_block_size(sq, k.shape[2])
-    out = ChunkedTRA.apply(*_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau)
+    windows = (int(local_window), int(sliding_window))
+    out = ChunkedTRA.apply(*_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau, windows)
     return out.reshape(b, h, sq, d).to(q.dtype)
 
 
 @torch.no_grad()
 def chunked_forward_stats(
-    q, k, v, log_gate, scale: float, threshold: float, block_size: int | None = None, prune_tau: float | None = None
+    q,
+    k,
+    v,
+    log_gate,
+    scale: float,
+    threshold: float,
+    block_size: int | None = None,
+    prune_tau: float | None = None,
+    local_window: int = 0,
+    sliding_window: int = 0,
 ):
     """Per row, without autograd: out, lse, kept keys counted, and the first key position visited.
 
@@ -263,6 +311,9 @@ def chunked_forward_stats(
     """
     b, h, sq, d = q.shape
     block = block_size or default_block_size(sq, k.shape[2])
-    out, lse, count, stop = _forward(*_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau)
+    windows = (int(local_window), int(sliding_window))
+    out, lse, count, stop = _forward(
+        *_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows
+    )
     key_start = torch.zeros((b, h, sq), dtype=torch.long, device=q.device) if stop is None else stop.reshape(b, h, sq)
     return out.reshape(b, h, sq, d), lse.reshape(b, h, sq), count.reshape(b, h, sq), key_start

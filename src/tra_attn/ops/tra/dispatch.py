@@ -33,7 +33,18 @@ def _shown(value) -> str:
 
 
 def validate_inputs(
-    q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True, logit_dropout=0.0
+    q,
+    k,
+    v,
+    log_gate,
+    scale,
+    threshold,
+    impl,
+    prune_tau=None,
+    check_values: bool = True,
+    logit_dropout=0.0,
+    local_window=0,
+    sliding_window=0,
 ) -> None:
     """Raise ValueError naming the argument, its value and what was expected.
 
@@ -73,6 +84,12 @@ def validate_inputs(
         _fail("prune_tau", _shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
     if not (_is_number(logit_dropout) and 0 <= logit_dropout < 1):
         _fail("logit_dropout", _shown(logit_dropout), "a probability in [0, 1) (dropout on the logits in training)")
+    for name, window, meaning in (
+        ("local_window", local_window, "the w most recent keys always kept"),
+        ("sliding_window", sliding_window, "only the w most recent keys can be kept"),
+    ):
+        if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
+            _fail(name, _shown(window), f"a non-negative integer (0: off; w > 0: {meaning})")
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -96,6 +113,8 @@ def threshold_relative_attention(
     impl: str = "auto",
     prune_tau: float | None = None,
     logit_dropout: float = 0.0,
+    local_window: int = 0,
+    sliding_window: int = 0,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -105,7 +124,7 @@ def threshold_relative_attention(
         k, v: (B, H, Sk, D) keys and values, Sq <= Sk.
         log_gate: (B, H, Sq) per-query log forget gate, values <= 0 (NaN and -inf: see below).
         scale: score scale; 1/sqrt(D) by default.
-        threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold.
+        threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold (see the windows).
         impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "triton" (fused GPU
             kernels), or "auto" (triton for CUDA tensors when triton is installed, chunked otherwise).
         prune_tau: optional early exit (chunked and triton): keys are skipped once a bound proves that
@@ -117,6 +136,12 @@ def threshold_relative_attention(
             become 0 and stay in the softmax; draws from torch's RNG). p > 0 materialises the logits: it
             runs "naive" whatever ``impl`` says. The keep decision is the same as without dropout. The
             contract below is the p = 0 case.
+        local_window: w >= 0; the w most recent keys (distance d = i - j < w, the query's own key at d = 0)
+            are kept whatever their score, and counted in c_ij like every kept key. 0: off.
+        sliding_window: w >= 0; keys at distance d >= w are never kept (a window that does not grow with
+            the length, e.g. for heads with threshold -inf). 0: every causal key can be kept.
+            Together: kept(i, j) = 0 <= d and (sliding_window == 0 or d < sliding_window) and
+            (s_ij > threshold or d < local_window); docs/op_contract.md, section 8.
         validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
             synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
             non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
@@ -135,7 +160,10 @@ def threshold_relative_attention(
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
-    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout)
+    validate_inputs(
+        q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout, local_window, sliding_window
+    )
+    windows = (local_window, sliding_window)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     prune_tau = None if prune_tau is None else float(prune_tau)
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
@@ -143,27 +171,27 @@ def threshold_relative_attention(
     with torch.autocast(q.device.type, enabled=False):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
         if logit_dropout:
-            out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout))
+            out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout), *windows)
         else:
-            out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau)
+            out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau, windows)
         return poison(out, poisoned)
 
 
-def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None):
+def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None, windows):
     if impl == "auto":
         # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
         fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
         impl = "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
     if impl == "naive":
-        return tra_naive(q, k, v, log_gate, scale, threshold)
+        return tra_naive(q, k, v, log_gate, scale, threshold, 0.0, *windows)
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
         if _split_kv_decode(q, k, v, log_gate, prune_tau):
             n_splits = min(SPLIT_KV_MAX_SPLITS, k.shape[2] // SPLIT_KV_MIN_KEYS)
-            return split_kv_attention(q, k, v, log_gate, scale, threshold, n_splits, forward_stats)
-        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau)
-    return tra_chunked(q, k, v, log_gate, scale, threshold, prune_tau=prune_tau)
+            return split_kv_attention(q, k, v, log_gate, scale, threshold, n_splits, forward_stats, *windows)
+        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows)
+    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows)
 
 
 def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:

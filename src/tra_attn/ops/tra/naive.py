@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import torch
 
-from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax
+from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax, relative_distance
 
 
-def keep_mask(scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Key j is kept for query i iff j <= i and s_ij > threshold (scores: (..., Sq, Sk))."""
+def keep_mask(scores: torch.Tensor, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
+    """Key j is kept for query i iff 0 <= d, d < sliding_window (if > 0), and (s_ij > threshold or d < local_window),
+    with d = i - j (scores: (..., Sq, Sk)); docs/op_contract.md, section 8."""
     sq, sk = scores.shape[-2:]
-    return causal_mask(sq, sk, scores.device) & (scores > threshold)
+    if not (local_window or sliding_window):
+        return causal_mask(sq, sk, scores.device) & (scores > threshold)
+    d = relative_distance(sq, sk, scores.device)
+    keep = ((scores > threshold) | (d < local_window)) & (d >= 0)
+    return keep & (d < sliding_window) if sliding_window else keep
 
 
 def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -22,9 +27,11 @@ def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
     return x.flip(-1).cumsum(-1).flip(-1)
 
 
-def keep_and_count(scores: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+def keep_and_count(
+    scores: torch.Tensor, threshold: float, local_window: int = 0, sliding_window: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep mask and contextual distance c_ij = number of kept keys l with j <= l <= i."""
-    keep = keep_mask(scores, threshold)
+    keep = keep_mask(scores, threshold, local_window, sliding_window)
     return keep, reverse_cumsum(keep.long())
 
 
@@ -36,16 +43,19 @@ def tra_naive(
     scale: float,
     threshold: float,
     logit_dropout: float = 0.0,
+    local_window: int = 0,
+    sliding_window: int = 0,
 ) -> torch.Tensor:
     """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md.
 
     ``logit_dropout`` > 0 drops logits before the softmax, as the authors' notebook does in training
-    (ops/logit_dropout.py); the op contract is the p = 0 case.
+    (ops/logit_dropout.py); the op contract is the p = 0 case. ``local_window`` and ``sliding_window``
+    change the keep rule (``keep_mask``).
     """
     cdt = compute_dtype(q.dtype)
     qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
     scores = scale * (qc @ kc.transpose(-1, -2))
-    keep, count = keep_and_count(scores, threshold)
+    keep, count = keep_and_count(scores, threshold, local_window, sliding_window)
     logits = scores + gc[..., None] * count.to(cdt)
     return (softmax_weights(logits, keep, logit_dropout) @ vc).to(q.dtype)
 

@@ -5,6 +5,10 @@ contextual counts local to its split. A key in split s is preceded, on its right
 of every later split, so its true count is its local count plus that number n_right(s); in the
 logits that is a constant shift g * n_right(s) per split and row. Merging the splits' (lse, out)
 pairs with those shifts reproduces exact TRA (derivation: docs/split_kv.md).
+
+The windows of the keep rule need no kernel support here: a sliding window drops the keys outside it
+before splitting, and the local window's keys (all kept, whatever their score) form one more split,
+computed with threshold -inf, to the right of the others (docs/windows.md, section 4).
 """
 
 from __future__ import annotations
@@ -30,16 +34,38 @@ def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor,
     return (weights[..., None] * outs.to(cdt)).sum(0)
 
 
-def split_kv_attention(q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats):
+def split_kv_attention(
+    q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats, local_window=0, sliding_window=0
+):
     """TRA for q (B,H,Sq,D) whose queries all come after the keys, e.g. decoding (Sq = 1).
 
     ``forward_stats(q, k, v, log_gate, scale, threshold)`` returns (out, lse, count, ...) for one
-    split; every split is run as an extra batch entry of a single call.
+    split; every split is run as an extra batch entry of a single call. ``local_window`` and
+    ``sliding_window`` are the op's keep-rule windows.
     """
-    b, h, sq, d = q.shape
-    sk = k.shape[2]
+    sq = q.shape[2]
     if sq != 1:
         raise ValueError(f"split_kv_attention: Sq = {sq}; expected a single query per sequence")
+    if sliding_window:  # keys at distance >= sliding_window are never kept and count nothing
+        k, v = k[:, :, -sliding_window:], v[:, :, -sliding_window:]
+    n_local = min(local_window, k.shape[2])
+    far = k.shape[2] - n_local
+    parts = _split_stats(q, k[:, :, :far], v[:, :, :far], log_gate, scale, threshold, n_splits, forward_stats)
+    if n_local:  # the local keys are all kept: threshold -inf gives them their exact in-split counts
+        local = forward_stats(q, k[:, :, far:], v[:, :, far:], log_gate, scale, float("-inf"))[:3]
+        parts.append(tuple(t[:, None] for t in local))
+    outs = torch.cat([p[0] for p in parts], dim=1).movedim(1, 0)
+    lses = torch.cat([p[1] for p in parts], dim=1).movedim(1, 0)
+    counts = torch.cat([p[2] for p in parts], dim=1).movedim(1, 0)
+    return combine_splits(outs, lses, counts, log_gate).to(q.dtype)
+
+
+def _split_stats(q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats) -> list:
+    """(out, lse, count) of up to ``n_splits`` key splits, each (B, splits, H, 1, ...), left to right."""
+    b, h, _, d = q.shape
+    sk = k.shape[2]
+    if sk == 0:
+        return []
     chunk = math.ceil(sk / n_splits)
     n_full, rest = divmod(sk, chunk)
     pieces = [(0, n_full, chunk)] if n_full else []  # (first key, splits, keys per split)
@@ -54,7 +80,4 @@ def split_kv_attention(q, k, v, log_gate, scale: float, threshold: float, n_spli
         gs = log_gate[:, None].expand(b, n, h, 1).reshape(b * n, h, 1)
         out, lse, count = forward_stats(qs, ks, vs, gs, scale, threshold)[:3]
         parts.append((out.reshape(b, n, h, 1, d), lse.reshape(b, n, h, 1), count.reshape(b, n, h, 1)))
-    outs = torch.cat([p[0] for p in parts], dim=1).movedim(1, 0)
-    lses = torch.cat([p[1] for p in parts], dim=1).movedim(1, 0)
-    counts = torch.cat([p[2] for p in parts], dim=1).movedim(1, 0)
-    return combine_splits(outs, lses, counts, log_gate).to(q.dtype)
+    return parts

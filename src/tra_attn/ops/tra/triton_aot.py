@@ -31,12 +31,13 @@ SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90
 _DATA_POINTERS = {"Q", "K", "V", "O", "DO"}  # in the input dtype
 _POINTERS = _DATA_POINTERS | {"G", "SMAX", "LSE", "CNT", "KSTART", "DELTA", "DQ", "DK", "DV", "DG"}
 _FLOAT_SCALARS = {"scale", "threshold", "tau2"}
+_WINDOWS = {"local_window", "sliding_window"}  # i32 scalars (the keep rule's windows), with no alignment
 
 
 def _alignment(fn) -> dict:
     """Divisibility hints the JIT derives for typical inputs (16-byte aligned tensors, strides that
     are multiples of 16); without them Triton neither vectorises nor software-pipelines the loads."""
-    strides = [name for name in fn.arg_names if name.startswith("s") and name not in _FLOAT_SCALARS]
+    strides = [name for name in fn.arg_names if name.startswith("s") and name not in _FLOAT_SCALARS | _WINDOWS]
     aligned = [i for i, name in enumerate(fn.arg_names) if name in _POINTERS or name in strides]
     return {(i,): [["tt.divisibility", 16]] for i in aligned}
 

@@ -5,7 +5,9 @@ from the diagonal leftwards, and each query row carries the number of kept keys 
 right, so the contextual distance of a key is ``carry + (kept keys of the row inside the tile at or
 right of it)`` (docs/carry.md). The forward runs an online softmax in base 2 (log2(e) folded
 into the scores and the gate) and stores per row the natural-log LSE (+inf for rows with no kept
-key) and the number of kept keys, and per query block the lowest key block it visited. With
+key) and the number of kept keys, and per query block the lowest key block it visited. The keep
+rule's windows (local: always kept; sliding: never kept beyond) are part of the tile's mask, and key
+blocks outside every row's sliding window are not visited (docs/windows.md). With
 pruning on, a query block stops once the bound of docs/early_exit.md proves that the attention
 mass left of it is below exp(-tau) for every row. The backward visits exactly the same key blocks,
 recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics (docs/backward.md).
@@ -33,12 +35,15 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold,
+def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window, sliding_window,
           BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
     """Base-2 logits of one (BM, BN) tile (-inf off the keep mask), the keep mask as 0/1 and the count."""
     s = _dot(q, tl.trans(k), IEEE) * scale
-    visible = (offs_n[None, :] <= q_pos[:, None]) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
-    keep = visible & (s > threshold)  # the threshold test in natural units, as the reference does
+    dist = q_pos[:, None] - offs_n[None, :]  # i - j
+    visible = (dist >= 0) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
+    visible = visible & ((dist < sliding_window) | (sliding_window == 0))
+    # The threshold test in natural units, as the reference does; the local window keeps whatever the score.
+    keep = visible & ((s > threshold) | (dist < local_window))
     keep_f = keep.to(tl.float32)
     if DOT_SCAN:  # in-tile reverse count as a matmul with a triangular 0/1 matrix (exact in fp16)
         rn = tl.arange(0, BN)
@@ -52,13 +57,15 @@ def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold,
 
 @triton.jit
 def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, K, V, k_base, v_base, sks, svs,
-               SQ, SK, scale, threshold, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
+               SQ, SK, scale, threshold, local_window, sliding_window,
+               BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
     """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry."""
     offs_n = block * BN + tl.arange(0, BN)
     kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
     k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, BN, DOT_SCAN, IEEE)
+    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window,
+                              sliding_window, BN, DOT_SCAN, IEEE)
     m_new = tl.maximum(m_i, tl.max(z2, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -69,10 +76,17 @@ def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos
 
 
 @triton.jit
+def _first_block(first_pos, sliding_window, BN: tl.constexpr):
+    """The key block of the leftmost key in the sliding window of the row at ``first_pos`` (0 without one)."""
+    lowest = tl.maximum(first_pos - sliding_window + 1, 0)
+    return tl.where(sliding_window > 0, lowest, 0) // BN
+
+
+@triton.jit
 def tra_fwd_kernel(
     Q, K, V, G, SMAX, O, LSE, CNT, KSTART,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-    H, SQ, SK, scale, threshold, tau2,
+    H, SQ, SK, scale, threshold, tau2, local_window, sliding_window,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
 ):
@@ -95,29 +109,30 @@ def tra_fwd_kernel(
     k_base = b * skb + h * skh
     v_base = b * svb + h * svh
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1  # up to the diagonal
+    first = _first_block(pid_m * BM + SK - SQ, sliding_window, BN)  # key blocks below it: outside every window
     if PRUNE:  # a while loop that stops early (Triton does not software-pipeline it)
         smax2 = tl.load(SMAX + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
         # -log2(1 - 2^g2), the geometric tail of the bound; clamped at 126 when g = 0 (no
         # forgetting), so that such rows never meet the bound, without inf arithmetic.
         tail2 = -tl.log2(tl.maximum(1.0 - tl.exp2(g2), 1e-38))
         it = 0
-        running = n_blocks > 0
+        running = n_blocks > first
         while running:
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
                                               q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
-                                              BN, DOT_SCAN, IEEE)
+                                              local_window, sliding_window, BN, DOT_SCAN, IEEE)
             it += 1
             # Unvisited kept keys have counts carry + 1, carry + 2, ... and scores <= smax.
             bound = smax2 + g2 * (carry + 1.0) - m_i + tail2
             done = (offs_m >= SQ) | ((m_i > float("-inf")) & (bound < -tau2))
-            running = (it < n_blocks) & (tl.min(done.to(tl.int32), 0) == 0)
+            running = (it < n_blocks - first) & (tl.min(done.to(tl.int32), 0) == 0)
         k_start = n_blocks - it
     else:  # a plain for loop, so that Triton pipelines the key/value loads
-        for it in range(0, n_blocks):
+        for it in range(0, n_blocks - first):
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
                                               q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
-                                              BN, DOT_SCAN, IEEE)
-        k_start = 0
+                                              local_window, sliding_window, BN, DOT_SCAN, IEEE)
+        k_start = first
     has_key = l_i > 0
     safe_l = tl.where(has_key, l_i, 1.0)
     out = acc / safe_l[:, None]
@@ -133,7 +148,7 @@ def tra_fwd_kernel(
 def tra_bwd_kernel(
     Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
-    H, SQ, SK, scale, threshold, n_fwd_blocks,
+    H, SQ, SK, scale, threshold, local_window, sliding_window, n_fwd_blocks,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, FWD_BM: tl.constexpr,
     DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
 ):
@@ -156,15 +171,17 @@ def tra_bwd_kernel(
     dg = tl.zeros([BM], tl.float32)
     carry = tl.zeros([BM], tl.float32)
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1
-    # The lowest key block visited by the forward query block that holds these rows (BM | FWD_BM).
+    # The lowest key block visited by the forward query block that holds these rows (BM | FWD_BM); blocks
+    # below this program's own first block are outside the sliding window of all its rows.
     k_start = tl.load(KSTART + bh * n_fwd_blocks + (pid_m * BM) // FWD_BM)
+    k_start = tl.maximum(k_start, _first_block(pid_m * BM + SK - SQ, sliding_window, BN))
     for it in range(0, n_blocks - k_start):
         offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
         kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
         k = tl.load(K + b * skb + h * skh + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold,
-                                  BN, DOT_SCAN, IEEE)
+        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window,
+                                  sliding_window, BN, DOT_SCAN, IEEE)
         p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
         ds = p * (_dot(do, tl.trans(v), IEEE) - delta[:, None])  # gradient of the natural-log logits
         dg += tl.sum(ds * count, 1)

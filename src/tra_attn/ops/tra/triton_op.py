@@ -39,7 +39,9 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def forward_stats(q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None):
+def forward_stats(
+    q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None, local_window=0, sliding_window=0
+):
     """Run the forward kernel: (out, lse, kept keys per row, lowest key block visited per query block)."""
     b, h, sq, d = q.shape
     sk = k.shape[2]
@@ -59,7 +61,7 @@ def forward_stats(q, k, v, log_gate, scale: float, threshold: float, prune_tau: 
     tra_fwd_kernel[grid](
         q, k, v, gate, smax, out, lse, count, k_start,
         *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-        h, sq, sk, scale, threshold, tau2,
+        h, sq, sk, scale, threshold, tau2, local_window, sliding_window,
         D=d, BLOCK_D=bd, BM=bm, BN=bn, PRUNE=prune, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
         num_warps=warps, num_stages=stages,
     )
@@ -69,10 +71,10 @@ def forward_stats(q, k, v, log_gate, scale: float, threshold: float, prune_tau: 
 
 class TritonTRA(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None):
-        out, lse, _, k_start = forward_stats(q, k, v, log_gate, scale, threshold, prune_tau)
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None, windows):
+        out, lse, _, k_start = forward_stats(q, k, v, log_gate, scale, threshold, prune_tau, *windows)
         ctx.save_for_backward(q, k, v, log_gate, out, lse, k_start)
-        ctx.scale, ctx.threshold = scale, threshold
+        ctx.scale, ctx.threshold, ctx.windows = scale, threshold, windows
         return out
 
     @staticmethod
@@ -95,16 +97,19 @@ class TritonTRA(torch.autograd.Function):
         tra_bwd_kernel[grid](
             q, k, v, log_gate.float().contiguous(), grad_out, lse, delta, k_start, dq, dk, dv, dgate,
             *_strides(q), *_strides(k), *_strides(v), *_strides(grad_out),
-            h, sq, sk, ctx.scale, ctx.threshold, k_start.shape[1],
+            h, sq, sk, ctx.scale, ctx.threshold, *ctx.windows, k_start.shape[1],
             D=d, BLOCK_D=bd, BM=bm, BN=bn, FWD_BM=fwd_bm, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
             num_warps=warps, num_stages=stages,
         )
         # fmt: on
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dgate.to(log_gate.dtype), None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dgate.to(log_gate.dtype), None, None, None, None
 
 
-def tra_triton(q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None):
+def tra_triton(
+    q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None, local_window=0, sliding_window=0
+):
     """Fused TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
     if q.numel() == 0:  # no program to launch: an empty output that still joins the graph
         return q * 0
-    return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau)
+    windows = (int(local_window), int(sliding_window))
+    return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau, windows)
