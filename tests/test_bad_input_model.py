@@ -108,7 +108,7 @@ def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 6}, r"ModelConfig: version = 6; expected a version from 1 to 5 \(newer files need a newer tra\)"),
+        ({"version": 7}, r"ModelConfig: version = 7; expected a version from 1 to 6 \(newer files need a newer tra\)"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],

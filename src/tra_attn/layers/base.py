@@ -12,7 +12,8 @@ from .cache import LayerCache
 if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
 
-TRA_THRESHOLD_OPTIONS = ("tra_dense_heads", "tra_threshold_warmup")  # ModelConfig fields that need a threshold
+# ModelConfig fields that need a threshold
+TRA_THRESHOLD_OPTIONS = ("tra_dense_heads", "tra_threshold_warmup", "tra_keep_surrogate")
 
 
 class Attention(nn.Module):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 5
+VERSION = 6
 
 
 def migrate(data: dict) -> dict:
@@ -27,6 +27,7 @@ def migrate(data: dict) -> dict:
     ("normal") and every TRA head thresholded (0).
     Version 4 had no ``tra_threshold_warmup``: the warm-up was a training option (TrainConfig version 4
     moves it here), so a model config of its own gets 0.
+    Version 5 had no ``tra_keep_surrogate``: its TRA kinds trained with the exact gradient (0).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -37,6 +38,8 @@ def migrate(data: dict) -> dict:
         data.update({k: v for k, v in V4_DEFAULTS.items() if k not in data})
     if version <= 4:
         data.setdefault("tra_threshold_warmup", 0)
+    if version <= 5:
+        data.setdefault("tra_keep_surrogate", 0.0)
     return data
 
 
@@ -103,6 +106,13 @@ class ModelConfig:
             "model's (0: off)"
         },
     )
+    tra_keep_surrogate: float = field(
+        default=0.0,
+        metadata={
+            "help": "TRA kinds: training-time temperature of a sigmoid straight-through gradient for the keep "
+            "decision; the forward pass stays exact (0: off)"
+        },
+    )
     rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
     cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
     tokenizer: dict | None = field(
@@ -151,6 +161,9 @@ class ModelConfig:
         warmup = self.tra_threshold_warmup
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
             fail("tra_threshold_warmup", "a non-negative integer")
+        tau = self.tra_keep_surrogate
+        if not isinstance(tau, (int, float)) or isinstance(tau, bool) or not math.isfinite(tau) or tau < 0:
+            fail("tra_keep_surrogate", "a finite temperature >= 0 (0: off)")
         if self.tokenizer is not None:
             described = isinstance(self.tokenizer, dict) and isinstance(self.tokenizer.get("name"), str)
             if not described or not isinstance(self.tokenizer.get("vocab_size"), int):

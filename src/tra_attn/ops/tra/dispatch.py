@@ -12,6 +12,7 @@ from .chunked import tra_chunked
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
+from .surrogate import tra_surrogate
 
 IMPLS = ("auto", "naive", "chunked", "triton")
 SPLIT_KV_MIN_KEYS = 1024  # keys per split when a single query is decoded with the Triton kernels
@@ -33,7 +34,17 @@ def _shown(value) -> str:
 
 
 def validate_inputs(
-    q, k, v, log_gate, scale, threshold, impl, prune_tau=None, check_values: bool = True, logit_dropout=0.0
+    q,
+    k,
+    v,
+    log_gate,
+    scale,
+    threshold,
+    impl,
+    prune_tau=None,
+    check_values: bool = True,
+    logit_dropout=0.0,
+    keep_surrogate=0.0,
 ) -> None:
     """Raise ValueError naming the argument, its value and what was expected.
 
@@ -73,6 +84,12 @@ def validate_inputs(
         _fail("prune_tau", _shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
     if not (_is_number(logit_dropout) and 0 <= logit_dropout < 1):
         _fail("logit_dropout", _shown(logit_dropout), "a probability in [0, 1) (dropout on the logits in training)")
+    if not (_is_number(keep_surrogate) and math.isfinite(keep_surrogate) and keep_surrogate >= 0):
+        _fail(
+            "keep_surrogate",
+            _shown(keep_surrogate),
+            "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
+        )
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -96,6 +113,7 @@ def threshold_relative_attention(
     impl: str = "auto",
     prune_tau: float | None = None,
     logit_dropout: float = 0.0,
+    keep_surrogate: float = 0.0,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -117,6 +135,12 @@ def threshold_relative_attention(
             become 0 and stay in the softmax; draws from torch's RNG). p > 0 materialises the logits: it
             runs "naive" whatever ``impl`` says. The keep decision is the same as without dropout. The
             contract below is the p = 0 case.
+        keep_surrogate: temperature tau >= 0 of a training-time surrogate gradient for the keep decision
+            (ops/tra/surrogate.py): the forward values are exact TRA, bit for bit, but the backward treats
+            the keep bit as a weight m_ij in the softmax and in the counts, with dm_ij/ds_ij =
+            sigmoid'((s_ij - threshold) / tau) / tau, so keys near the threshold (dropped ones too) get
+            gradient. tau > 0 materialises the logits: it runs "naive" whatever ``impl`` says (after the
+            logit dropout, if any). 0 (the default) is the exact op, whose keep mask carries no gradient.
         validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
             synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
             non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
@@ -135,14 +159,16 @@ def threshold_relative_attention(
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
-    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout)
+    validate_inputs(q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout, keep_surrogate)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     prune_tau = None if prune_tau is None else float(prune_tau)
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
-        if logit_dropout:
+        if keep_surrogate:
+            out = tra_surrogate(q, k, v, log_gate, scale, float(threshold), float(keep_surrogate), float(logit_dropout))
+        elif logit_dropout:
             out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout))
         else:
             out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau)
