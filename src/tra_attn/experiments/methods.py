@@ -5,7 +5,8 @@ plus how pages show it (label, colour), its default learning rate and a descript
 kinds themselves (TRA, its ablations, then the baselines), then the named variants: an ablation run as a
 method of its own (``--methods tra tra_warmup``), under the same protocol as the kinds (same budget and
 seeds, its own learning rate chosen on validation data), its rows carrying its name. A TRA variant is
-evaluated as the TRA op with its own threshold, dense heads and windows; the warm-up changes training only.
+evaluated as the TRA op with its own threshold, dense heads and windows; the warm-up and the keep surrogate
+change training only.
 
 Adding a method is one row (``register_method(Method(...))`` for a plug-in). A kind registered in
 ``layers/`` without a row still runs as a method: label its name, no colour, learning rate 1e-3, so a
@@ -169,6 +170,23 @@ for _row in (
         "#f7b6d2",
         description="the authors' block (x = norm(x); x = x + f(x)) instead of pre-norm",
         model={"block_style": "paper"},
+    ),
+    Method(
+        "tra_surrogate0.5",
+        "tra",
+        "tra_surrogate0.5",
+        "#5254a3",
+        description="a sigmoid straight-through gradient for the keep decision at temperature 0.5 in training "
+        "(keys near the threshold get gradient); the forward pass stays exact",
+        model={"tra_keep_surrogate": 0.5},
+    ),
+    Method(
+        "tra_surrogate1",
+        "tra",
+        "tra_surrogate1",
+        "#6b6ecf",
+        description="tra_surrogate0.5 at temperature 1",
+        model={"tra_keep_surrogate": 1.0},
     ),
     Method(
         "tra_temperature",

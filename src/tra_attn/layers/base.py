@@ -13,7 +13,13 @@ if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
 
 # ModelConfig fields that need a threshold
-TRA_THRESHOLD_OPTIONS = ("tra_dense_heads", "tra_threshold_warmup", "tra_local_window", "tra_dense_window")
+TRA_THRESHOLD_OPTIONS = (
+    "tra_dense_heads",
+    "tra_threshold_warmup",
+    "tra_local_window",
+    "tra_dense_window",
+    "tra_keep_surrogate",
+)
 
 
 class Attention(nn.Module):

@@ -21,6 +21,10 @@ window that does not grow with the length (docs/op_contract.md, section 8).
 Option ``tra_threshold_warmup = W`` (training only): the threshold of the training forwards rises in stages
 from threshold - sqrt(D) (every key kept) to the threshold over the first W steps (layers/tra_warmup.py).
 
+Option ``tra_keep_surrogate = tau`` (training only): the thresholded heads' backward lets gradient reach keys
+near the threshold (a sigmoid straight-through estimator for the keep decision, ops/tra/surrogate.py); the
+forward values stay exact TRA, and evaluation, generation and checkpoints are the exact op.
+
 Option ``tra_learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
 head, initialised to 1 (so a new model computes exactly the above). It lifts the bound to t_h sqrt(D),
 letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
@@ -61,6 +65,7 @@ class TRAAttention(Attention):
         self.dense_heads = config.tra_dense_heads
         self.local_window = config.tra_local_window
         self.dense_window = config.tra_dense_window
+        self.keep_surrogate = config.tra_keep_surrogate
         if self.has_gate:
             self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
         self.log_temperature = nn.Parameter(torch.zeros(config.n_heads)) if config.tra_learned_temperature else None
@@ -113,7 +118,8 @@ class TRAAttention(Attention):
 
     def op(self, q, k, v, log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
         """The TRA op on these heads, with the configured implementation (the materialised one when the
-        logits are dropped: training with attention_dropout)."""
+        logits are dropped or the keep decision is relaxed: training with attention_dropout or
+        tra_keep_surrogate)."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(
             q,
@@ -125,5 +131,11 @@ class TRAAttention(Attention):
             logit_dropout=self.logit_dropout(),
             local_window=local_window,
             sliding_window=sliding_window,
+            keep_surrogate=self.surrogate_temperature(threshold),
             validate=False,
         )
+
+    def surrogate_temperature(self, threshold: float) -> float:
+        """tra_keep_surrogate for a training forward of thresholded heads, else 0 (the exact op): dense heads
+        keep every key, so there is no keep decision to relax."""
+        return self.keep_surrogate if self.training and threshold != float("-inf") else 0.0

@@ -17,6 +17,15 @@ from .tra import TRAAttention
 
 
 class TRAKeyGateAttention(TRAAttention):
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if config.tra_keep_surrogate:
+            raise ValueError(
+                f"ModelConfig.tra_keep_surrogate = {config.tra_keep_surrogate!r}; expected 0 for attention = "
+                f"{config.attention!r}, whose op (ops/tra/key_gate.py) has no keep surrogate"
+            )
+
     def attend(self, x, q, k, v, cache):
         q, k = self.normalize(q, k)
         k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))

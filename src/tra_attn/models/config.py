@@ -27,8 +27,8 @@ def migrate(data: dict) -> dict:
     ("normal") and every TRA head thresholded (0).
     Version 4 had no ``tra_threshold_warmup``: the warm-up was a training option (TrainConfig version 4
     moves it here), so a model config of its own gets 0.
-    Version 5 had no ``tra_local_window`` or ``tra_dense_window``: no local window in the thresholded heads,
-    every causal key in the dense heads (0 for both).
+    Version 5 had no ``tra_local_window``, ``tra_dense_window`` or ``tra_keep_surrogate``: no local window
+    in the thresholded heads, every causal key in the dense heads, the exact gradient in training (0 for all).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -42,6 +42,7 @@ def migrate(data: dict) -> dict:
     if version <= 5:
         data.setdefault("tra_local_window", 0)
         data.setdefault("tra_dense_window", 0)
+        data.setdefault("tra_keep_surrogate", 0.0)
     return data
 
 
@@ -120,6 +121,13 @@ class ModelConfig:
             "model's (0: off)"
         },
     )
+    tra_keep_surrogate: float = field(
+        default=0.0,
+        metadata={
+            "help": "TRA kinds: training-time temperature of a sigmoid straight-through gradient for the keep "
+            "decision; the forward pass stays exact (0: off)"
+        },
+    )
     rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
     cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
     tokenizer: dict | None = field(
@@ -171,6 +179,9 @@ class ModelConfig:
                 fail(name, "a non-negative integer")
         if self.tra_dense_window and not dense:
             fail("tra_dense_window", "0 when tra_dense_heads = 0 (the window applies to the dense heads)")
+        tau = self.tra_keep_surrogate
+        if not isinstance(tau, (int, float)) or isinstance(tau, bool) or not math.isfinite(tau) or tau < 0:
+            fail("tra_keep_surrogate", "a finite temperature >= 0 (0: off)")
         if self.tokenizer is not None:
             described = isinstance(self.tokenizer, dict) and isinstance(self.tokenizer.get("name"), str)
             if not described or not isinstance(self.tokenizer.get("vocab_size"), int):

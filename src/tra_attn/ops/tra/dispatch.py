@@ -12,6 +12,7 @@ from .chunked import tra_chunked
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
+from .surrogate import tra_surrogate
 
 IMPLS = ("auto", "naive", "chunked", "triton")
 SPLIT_KV_MIN_KEYS = 1024  # keys per split when a single query is decoded with the Triton kernels
@@ -45,6 +46,7 @@ def validate_inputs(
     logit_dropout=0.0,
     local_window=0,
     sliding_window=0,
+    keep_surrogate=0.0,
 ) -> None:
     """Raise ValueError naming the argument, its value and what was expected.
 
@@ -90,6 +92,12 @@ def validate_inputs(
     ):
         if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
             _fail(name, _shown(window), f"a non-negative integer (0: off; w > 0: {meaning})")
+    if not (_is_number(keep_surrogate) and math.isfinite(keep_surrogate) and keep_surrogate >= 0):
+        _fail(
+            "keep_surrogate",
+            _shown(keep_surrogate),
+            "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
+        )
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -115,6 +123,7 @@ def threshold_relative_attention(
     logit_dropout: float = 0.0,
     local_window: int = 0,
     sliding_window: int = 0,
+    keep_surrogate: float = 0.0,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -142,6 +151,12 @@ def threshold_relative_attention(
             the length, e.g. for heads with threshold -inf). 0: every causal key can be kept.
             Together: kept(i, j) = 0 <= d and (sliding_window == 0 or d < sliding_window) and
             (s_ij > threshold or d < local_window); docs/op_contract.md, section 8.
+        keep_surrogate: temperature tau >= 0 of a training-time surrogate gradient for the keep decision
+            (ops/tra/surrogate.py): the forward values are exact TRA, bit for bit, but the backward treats
+            the keep bit as a weight m_ij in the softmax and in the counts, with dm_ij/ds_ij =
+            sigmoid'((s_ij - threshold) / tau) / tau, so keys near the threshold (dropped ones too) get
+            gradient. tau > 0 materialises the logits: it runs "naive" whatever ``impl`` says (after the
+            logit dropout, if any). 0 (the default) is the exact op, whose keep mask carries no gradient.
         validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
             synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
             non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
@@ -161,7 +176,19 @@ def threshold_relative_attention(
     """
     check_values = validate and not torch.compiler.is_compiling()
     validate_inputs(
-        q, k, v, log_gate, scale, threshold, impl, prune_tau, check_values, logit_dropout, local_window, sliding_window
+        q,
+        k,
+        v,
+        log_gate,
+        scale,
+        threshold,
+        impl,
+        prune_tau,
+        check_values,
+        logit_dropout,
+        local_window,
+        sliding_window,
+        keep_surrogate,
     )
     windows = (local_window, sliding_window)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -170,7 +197,11 @@ def threshold_relative_attention(
     # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
-        if logit_dropout:
+        if keep_surrogate:
+            out = tra_surrogate(
+                q, k, v, log_gate, scale, float(threshold), float(keep_surrogate), float(logit_dropout), *windows
+            )
+        elif logit_dropout:
             out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout), *windows)
         else:
             out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau, windows)
