@@ -1,15 +1,20 @@
 """Checkpoints under hostile conditions: foreign or truncated files, kill -9 leftovers, a corrupt latest
-checkpoint, extending a finished run. Every refusal names the file, what was wrong and what was expected."""
+checkpoint, non-finite weights, extending a finished run. Every refusal names the file, what was wrong and
+what was expected."""
 
 from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
+from tests.test_cli import TINY_TRAIN
+from tests.test_cli import run as tra
 from tests.test_train import tiny, weights
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.training import train
@@ -92,6 +97,49 @@ def test_a_corrupt_latest_checkpoint_names_the_intact_previous_one(run, name, da
     shutil.move(latest(run), run / "broken")  # what the message says to do
     train(tiny(), run, resume=True, progress=False)
     assert latest(run).name == "step_0000008"
+
+
+def overwrite_with_nan(checkpoint) -> None:
+    """Set the checkpoint's first weight tensor to NaN: the weights of a diverged run, as 0.x kept them."""
+    path = checkpoint / "model.safetensors"
+    state = load_file(path)
+    name = next(iter(state))
+    save_file({**state, name: torch.full_like(state[name], float("nan"))}, str(path))
+
+
+NONFINITE = r"model\.safetensors holds non-finite weights \(NaN or inf\) in .*; expected finite weights"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--checkpoint", "{run}", "--sequences", "8"],
+        ["lm", "sample", "--checkpoint", "{run}", "--prompt", "a"],
+        ["convert", "{run}", "--to", "hf", "--out", "{tmp}/hf"],
+        ["train", "--out", "{run}", "--resume", *TINY_TRAIN],
+    ],
+    ids=["eval", "lm-sample", "convert", "resume"],
+)
+def test_nonfinite_weights_are_refused_by_every_command_that_reads_a_model(tmp_path, capsys, argv):
+    tra(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    overwrite_with_nan(resolve_checkpoint(tmp_path / "run"))
+    code, out, err = tra([a.format(run=tmp_path / "run", tmp=tmp_path) for a in argv], capsys)
+    assert code == 2 and re.search(NONFINITE, err) and not out, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_lm_eval_refuses_nonfinite_weights(tmp_path, capsys, monkeypatch):
+    from tra_attn.data.text import find_corpora_dir
+
+    if find_corpora_dir() is None:
+        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
+    monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
+    flags = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--length", "16", "--batch-size", "2"]
+    code, _, err = tra(["lm", "train", "--out", tmp_path / "lm", "--steps", "2", *flags, "--no-progress"], capsys)
+    assert code == 0, err
+    overwrite_with_nan(resolve_checkpoint(tmp_path / "lm"))
+    code, _, err = tra(["lm", "eval", "--checkpoint", tmp_path / "lm", "--tokens", "600"], capsys)
+    assert code == 2 and re.search(NONFINITE, err), err
 
 
 def test_when_no_checkpoint_is_intact_resume_says_so(run):

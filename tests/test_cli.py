@@ -6,6 +6,8 @@ import json
 import re
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from tra_attn.cli import main
 from tra_attn.utils.jsonl import read_jsonl, write_jsonl
@@ -232,3 +234,14 @@ def test_eval_of_a_save_pretrained_model_needs_the_task_and_length(tmp_path, cap
     argv = ["eval", "--checkpoint", tmp_path, "--sequences", "8", "--task", "flipflop", "--length", "16"]
     code, out, _ = run(argv, capsys)
     assert code == 0 and "sparse" in out
+
+
+def test_a_diverging_train_exits_with_the_step_and_keeps_no_nonfinite_checkpoint(tmp_path, capsys):
+    """lr 1e9 makes the loss NaN from step 2 (0.x went on and printed "trained", with NaN checkpoints)."""
+    code, out, err = run(["train", "--out", tmp_path, *TINY_TRAIN, "--lr", "1e9", "--checkpoint-every", "1"], capsys)
+    assert code == 2 and "trained" not in out
+    assert re.search(r"^tra: error: training diverged at step 2: the loss or gradient norm is not finite", err, re.M)
+    assert f"the last finite checkpoint is {tmp_path / 'checkpoints' / 'step_0000001'}" in err
+    checkpoints = sorted((tmp_path / "checkpoints").iterdir())
+    assert [p.name for p in checkpoints] == ["step_0000001"]
+    assert all(torch.isfinite(t).all() for t in load_file(checkpoints[0] / "model.safetensors").values())

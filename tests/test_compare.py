@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from tra_attn.experiments.bench.report import write_report
 from tra_attn.experiments.preset import Preset
 from tra_attn.experiments.procedural import procedural_experiment
 from tra_attn.experiments.registry import experiments, register_experiment, unregister_experiment
+from tra_attn.experiments.tables import sweep_table
 from tra_attn.utils.jsonl import read_jsonl
 
 SRC = Path(__file__).parents[1] / "src" / "tra_attn"
@@ -59,6 +62,37 @@ def test_a_task_added_by_one_record_runs_through_compare_and_report(few_pairs, t
     assert (tmp_path / "results.md").read_text() == page
     with pytest.raises(ValueError, match="'mqar_few_pairs' is already registered"):
         register_experiment(FEW_PAIRS)
+
+
+def test_a_diverging_learning_rate_is_recorded_as_diverged_and_never_selected(few_pairs, tmp_path, capsys):
+    """lr 1e9 diverges at step 2: its rows say so (the selection metric NaN), the sweep table says
+    "diverged", the other rate is selected, and a second call does not train the diverged run again."""
+    argv = ["compare", "mqar_few_pairs", *TINY, "--lrs", "3e-3", "1e9", "--out", tmp_path]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    diverged_run = tmp_path / "runs" / "tra" / "lr1e+09-seed0"
+    assert f"{diverged_run}: training diverged at step 2" in out
+    assert re.search(r"^\| TRA \| \d\.\d{3} \| diverged \| 0\.003 \|$", out, re.M)  # the sweep table
+    assert json.loads((tmp_path / "selected_lrs.json").read_text()) == {"tra": 0.003}
+    rows = {r["metric"]: r["value"] for r in read_jsonl(diverged_run / "eval.jsonl")}
+    assert rows.keys() == {"full_seq_acc", "diverged"} and math.isnan(rows["full_seq_acc"]) and rows["diverged"] == 2
+    assert not (diverged_run / "checkpoints").exists()
+    before = (diverged_run / "eval.jsonl").stat().st_mtime_ns
+    code, again, _ = run(argv, capsys)
+    assert code == 0 and "training diverged" not in again and (diverged_run / "eval.jsonl").stat().st_mtime_ns == before
+    assert again.split("# mqar")[1] == out.split("# mqar")[1]  # the same page
+
+
+def test_tables_show_how_many_seeds_diverged():
+    def row(lr, seed, metric, value):
+        return {"method": "tra", "lr": lr, "seed": seed, "split": "validation", "metric": metric, "value": value}
+
+    sweep = [row(1e-3, s, "full_seq_acc", 1.0) for s in (0, 1)] + [row(1e-2, 0, "full_seq_acc", 1.0)]
+    sweep += [row(1e-2, 1, "full_seq_acc", math.nan), row(1e-2, 1, "diverged", 7)]
+    sweep += [row(1e-1, s, m, v) for s in (0, 1) for m, v in (("full_seq_acc", math.nan), ("diverged", 2))]
+    assert sweep_table(sweep, {"tra": 1e-3}, "full_seq_acc")[2] == (
+        "| TRA | 1.000 ± 0.000 | diverged (1 of 2 seeds) | diverged | 0.001 |"
+    )
 
 
 def test_the_aliases_find_the_runs_of_compare_and_write_the_same_rows(tmp_path, capsys):

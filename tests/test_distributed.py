@@ -1,11 +1,13 @@
 """Data-parallel training under torchrun on CPU (gloo), DDP and FSDP2: several processes reach the weights
 of one process with the same global batch (to 1e-6: only the order of fp32 gradient sums differs), a run
-whose rank is killed resumes to the uninterrupted result, and runs resume on another number of processes."""
+whose rank is killed resumes to the uninterrupted result, a run stopped by SIGTERM (alone, or through
+torchrun) saves and resumes bit-identically, and runs resume on another number of processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 from tra_attn import TransformerLM
-from tra_attn.training.checkpoint import resolve_checkpoint
+from tra_attn.training.checkpoint import load_train_state, resolve_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 
@@ -86,6 +88,46 @@ def test_a_killed_rank_resumes_to_the_uninterrupted_weights(tmp_path):
     launch(tmp_path / "killed", 2, *flags, "--resume")
     # Same processes: bit-identical (dropout is seeded by seed, step and rank; no RNG state is lost).
     assert max_difference(weights(tmp_path / "straight"), weights(tmp_path / "killed")) == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["alone", "torchrun"])
+def test_sigterm_saves_the_step_in_progress_and_resumes_bit_identically(tmp_path, processes):
+    """A scheduler's SIGTERM, to `tra train` or to torchrun (which forwards it to every worker): the step in
+    progress finishes, rank 0 saves it and says so once, no process shows a traceback of the library, and
+    --resume ends at the weights of an uninterrupted run."""
+    flags = ["--steps", "150", "--eval-every", "0", "--checkpoint-every", "150", "--log-every", "1", "--dropout", "0.1"]
+    launch(tmp_path / "straight", processes, *flags)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.Popen(
+        command(tmp_path / "stopped", processes, *flags),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = tmp_path / "stopped" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and run.poll() is None and len(read_lines(metrics)) < 3:
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    stopped = re.findall(
+        r"^tra: terminated \(SIGTERM\) after step (\d+): saved a checkpoint; continue with --resume$", err, re.M
+    )
+    assert len(stopped) == 1, err[-3000:]
+    step = int(stopped[0])
+    assert 3 <= step < 150
+    # 128 + SIGTERM; torchrun itself exits 1 after its workers (its own SignalException, in torch's code).
+    assert run.returncode == (143 if processes == 1 else 1)
+    assert not re.search(r'File ".*tra_attn', err), err[-3000:]
+    checkpoint = resolve_checkpoint(tmp_path / "stopped")
+    assert checkpoint.name == f"step_{step:07d}" and load_train_state(checkpoint)[1]["step"] == step
+    launch(tmp_path / "stopped", processes, *flags, "--resume")
+    assert max_difference(weights(tmp_path / "straight"), weights(tmp_path / "stopped")) == 0
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
 
 
 def test_a_two_process_run_resumes_on_one_process(tmp_path):

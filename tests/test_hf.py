@@ -152,6 +152,22 @@ def test_bad_input_gets_clear_errors_and_conversion_leaves_nothing_half_written(
     assert code == 2 and "tra: error:" in err
 
 
+def test_conversion_refuses_nonfinite_weights_both_ways(tmp_path, capsys):
+    from tests.test_bad_input_checkpoints import NONFINITE, overwrite_with_nan
+
+    TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained(
+        tmp_path / "native"
+    )
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    overwrite_with_nan(tmp_path / "hf")
+    code, _, err = run(["convert", tmp_path / "hf", "--to", "native", "--out", tmp_path / "back"], capsys)
+    assert code == 2 and re.search(r"convert: .*hf holds non-finite weights \(NaN or inf\) in blocks\.", err), err
+    overwrite_with_nan(tmp_path / "native")
+    code, _, err = run(["convert", tmp_path / "native", "--to", "hf", "--out", tmp_path / "hf2"], capsys)
+    assert code == 2 and re.search(NONFINITE, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "native"]
+
+
 def test_the_readme_hugging_face_example_runs(tmp_path, monkeypatch):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     (block,) = re.findall(r"```py\n(.*?)```", readme, re.S)

@@ -1,4 +1,5 @@
-"""Training: exact resume (also after Ctrl-C at any point of a step), accumulation, schedule, configs, checkpoints."""
+"""Training: exact resume (also after Ctrl-C at any point of a step), divergence, accumulation, schedule,
+configs, checkpoints."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tra_attn import ModelConfig, TransformerLM
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
 from tra_attn.training.config import migrate
+from tra_attn.training.divergence import TrainingDiverged
 from tra_attn.training.loop import accumulate_gradients, inputs_and_labels, training_batch
 from tra_attn.training.optim import learning_rate
 from tra_attn.utils.jsonl import read_jsonl
@@ -114,6 +116,43 @@ def test_second_ctrl_c_stops_at_once_without_saving_a_partial_step(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         train(tiny(), tmp_path, progress=False)
     assert list_checkpoints(tmp_path) == []
+
+
+def finite_weights(checkpoint) -> bool:
+    return all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
+
+
+def test_a_diverging_run_names_its_first_nonfinite_step_and_writes_no_checkpoint_of_it(tmp_path):
+    """The loss goes non-finite at step 2; the watch is read at the step-4 log row and checkpoint, and
+    names step 2. The signal handlers in place before training are back after it."""
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(
+        TrainingDiverged, match=r"training diverged at step 2: the loss or gradient norm is not finite"
+    ) as info:
+        train(tiny(lr=1e9, log_every=4, eval_every=0), tmp_path, progress=False)
+    assert info.value.step == 2 and info.value.checkpoint is None and "no checkpoint was written" in str(info.value)
+    assert list_checkpoints(tmp_path) == [] and read_jsonl(tmp_path / "metrics.jsonl") == []
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_nonfinite_weight_is_never_checkpointed(tmp_path, monkeypatch):
+    """An update that overflows a weight while the step's loss and gradient norm were finite is caught
+    when the checkpoint is about to be written; the message names the last finite checkpoint."""
+    original = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def overflow_at_step_8(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 8:
+            self.param_groups[0]["params"][0].data.fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", overflow_at_step_8)
+    with pytest.raises(TrainingDiverged, match=r"at step 8: a weight is not finite .* checkpoint is .*step_0000004"):
+        train(tiny(), tmp_path, progress=False)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_0000004"]
+    assert finite_weights(list_checkpoints(tmp_path)[0])
 
 
 def test_gradient_accumulation_gives_the_gradient_of_the_whole_batch():

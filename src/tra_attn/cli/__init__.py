@@ -3,13 +3,20 @@
 Generic commands (``data``, ``train``, ``eval``, ``compare``, ``report``) work for every registered task
 or experiment; ``bench``, ``lm compare`` and the commands experiments name for themselves are aliases of
 ``compare``, kept for the commands the results pages quote.
+
+Exit codes: 0 done; 2 a usage or input error (one ``tra: error:`` line; a diverged training run is one);
+130 stopped by Ctrl-C and 143 by SIGTERM (128 + the signal, as shells and schedulers expect), after the
+training step in progress was finished and checkpointed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from ..training.divergence import TrainingDiverged
+from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
 from .checkpoints import add_convert_command, add_eval_command
 from .compare import add_compare_commands, add_report_command
@@ -34,11 +41,18 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    # Under torchrun every rank stops on the same signal or divergence at the same step: rank 0 says so.
+    speaks = os.environ.get("RANK", "0") == "0"
     try:
         args.func(args)
     except ValueError as err:
-        print(f"tra: error: {err}", file=sys.stderr)
+        if speaks or not isinstance(err, TrainingDiverged):
+            print(f"tra: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        if speaks:
+            print(f"tra: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("tra: interrupted", file=sys.stderr)
         return 130

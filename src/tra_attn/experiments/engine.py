@@ -6,11 +6,17 @@ experiment's selection metric (``Experiment.select_lrs``; the test splits play n
 ``sweep_seeds`` (default: every seed); the other seeds then run at the selected rate only. With
 ``fit_accuracy`` in the preset (or given), every run trains to fit: it stops at the first validation that
 reaches it, ``steps`` being the cap. Finished runs are skipped, unfinished ones resume.
+
+A run whose training diverges (``TrainingDiverged``) is recorded as such, not as an accuracy: its rows are
+its validation ``selection_metric`` as NaN (so the selection ranks its rate last) and a ``diverged``
+metric holding the step; the pages show "diverged" in its cells, and the other runs go on. Those rows are
+final: a resumed comparison does not train the run again unless its folder is removed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..data import make_task
@@ -18,13 +24,15 @@ from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
 from ..training import TrainConfig, train
 from ..training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint
+from ..training.divergence import TrainingDiverged
+from ..training.evaluation import result_rows
 from ..utils.atomic import make_directory
 from ..utils.jsonl import read_jsonl, write_jsonl
 from ..utils.provenance import git_commit
 from .experiment import Experiment
 from .methods import resolve_method
 from .preset import Preset
-from .runs import check_methods, check_run_arguments, run_dir, write_selection
+from .runs import DIVERGED, check_methods, check_run_arguments, run_dir, write_selection
 
 
 def run_config(
@@ -59,11 +67,19 @@ def run_config(
     )
 
 
+def diverged_rows(experiment: Experiment, method: str, config: TrainConfig, step: int) -> list[dict]:
+    """The rows of a run that diverged at ``step``: its validation ``selection_metric`` as NaN, and ``diverged``."""
+    metrics = {experiment.selection_metric: math.nan, DIVERGED: step}
+    common = {"method": method, "seed": config.seed, "lr": config.lr, "config": config.to_dict()}
+    return result_rows(metrics, task=config.task, split="validation", length=config.length, **common)
+
+
 def run_one(
     experiment: Experiment, method: str, config: TrainConfig, directory: Path, budget: int | None, progress: bool
 ) -> list[dict]:
-    """Train and evaluate one run of ``method``, or return its saved rows if it already finished with this
-    config (rows saved before a test split existed are completed by evaluating the final checkpoint again)."""
+    """Train and evaluate one run of ``method``, or return its saved rows if it already finished (or diverged)
+    with this config (rows saved before a test split existed are completed by evaluating the final checkpoint
+    again)."""
     rows_path = directory / "eval.jsonl"
     saved = directory / TRAIN_CONFIG_NAME
     if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
@@ -71,13 +87,21 @@ def run_one(
     if rows_path.is_file():
         rows = read_jsonl(rows_path)
         rows = experiment.upgrade(rows) if experiment.upgrade else rows
-        if experiment.test_splits(config) <= {(r["split"], r["length"]) for r in rows}:
+        if any(r["metric"] == DIVERGED for r in rows) or experiment.test_splits(config) <= {
+            (r["split"], r["length"]) for r in rows
+        }:
             return rows
         validation = [r for r in rows if r["split"] == "validation"]
         rows = validation + experiment.evaluate(method, config, directory, budget)
     else:
-        train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
-        rows = experiment.evaluate(method, config, directory, budget) + experiment.validation(method, config, directory)
+        try:
+            train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
+        except TrainingDiverged as err:
+            print(f"{directory}: {err}; recorded as diverged", flush=True)
+            rows = diverged_rows(experiment, method, config, err.step)
+        else:
+            rows = experiment.evaluate(method, config, directory, budget)
+            rows += experiment.validation(method, config, directory)
     write_jsonl(rows_path, rows)
     return rows
 

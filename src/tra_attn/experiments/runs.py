@@ -10,6 +10,8 @@ from ..utils.atomic import atomic_write_text
 from ..utils.jsonl import write_jsonl
 from .methods import method_names
 
+DIVERGED = "diverged"  # the metric of a run whose training diverged: the step (engine.py)
+
 
 def check_methods(methods) -> list[str]:
     """``methods`` as a list, or a ValueError naming those that are not methods (experiments/methods.py)."""

@@ -1,5 +1,6 @@
 """Helpers shared by every experiment's report: method order, labels and colours from the method table,
-mean ± std over seeds, the page header, the learning-rate note and the sweep table."""
+mean ± std over seeds, the cells of diverged runs, the page header, the learning-rate note and the sweep
+table."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ..utils.jsonl import read_jsonl
 from .methods import METHODS, VARIANTS
+from .runs import DIVERGED
 
 
 def ordered(methods) -> list[str]:
@@ -41,6 +43,23 @@ def fmt(values: list[float], digits: int = 3) -> str:
     if math.isnan(mean):
         return "n/a"
     return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def diverged_cells(rows: list[dict]) -> dict[tuple[str, float], str]:
+    """Per (method, learning rate) with a seed whose training diverged, the text tables show in place of
+    its numbers: "diverged", or "diverged (k of n seeds)" when only some seeds did."""
+    seeds, diverged = defaultdict(set), defaultdict(set)
+    for r in rows:
+        seeds[(r["method"], r["lr"])].add(r["seed"])
+        if r["metric"] == DIVERGED:
+            diverged[(r["method"], r["lr"])].add(r["seed"])
+    return {
+        key: DIVERGED if found == seeds[key] else f"{DIVERGED} ({len(found)} of {len(seeds[key])} seeds)"
+        for key, found in diverged.items()
+    }
+
+
+NO_TEST_DATA = "None: every run diverged before its evaluation."  # a page's test-data table then
 
 
 def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[float]]:
@@ -117,14 +136,16 @@ def variant_lines(methods) -> list[str]:
 
 
 def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> list[str]:
-    """Validation ``metric`` per method and learning rate (mean ± std over seeds), and the selected rate."""
+    """Validation ``metric`` per method and learning rate (mean ± std over seeds, or "diverged"), and the
+    selected rate."""
     by_lr = defaultdict(dict)
     for r in sweep:
         if r["split"] == "validation" and r["metric"] == metric:
             by_lr[r["method"]].setdefault(r["lr"], []).append(r["value"])
     lrs = sorted({r["lr"] for r in sweep})
+    diverged = diverged_cells(sweep)
     lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
     for method in ordered(by_lr):
-        cells = [fmt(by_lr[method].get(lr, [])) for lr in lrs]
+        cells = [diverged.get((method, lr)) or fmt(by_lr[method].get(lr, [])) for lr in lrs]
         lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
     return lines

@@ -3,7 +3,8 @@
 Native: ``config.json`` (ModelConfig) + ``model.safetensors`` (TransformerLM's state dict), as written
 by ``save_pretrained``, a run or a checkpoint. Hugging Face: ``config.json`` (TRAConfig, model_type
 "tra") + ``model.safetensors`` (the same tensors under ``model.``) + the tokenizer's files and a
-generation config. The weights are copied bit for bit. The output directory is written complete in a
+generation config. The weights are copied bit for bit, and must be finite (a diverged model is refused:
+``check_finite``, as every command that reads a model does). The output directory is written complete in a
 temporary folder and then renamed into place, so a failure never leaves half a model behind.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ..data.text.tokenizers import GPT2_ENDOFTEXT_ID
 from ..models import TransformerLM
+from ..models.io import check_finite
 from ..training.checkpoint import resolve_checkpoint
 from .configuration import MODEL_TYPE, TRAConfig
 from .modeling import TRAForCausalLM
@@ -77,4 +79,5 @@ def to_native(source: str | os.PathLike, out: str | os.PathLike) -> Path:
         hf_model = TRAForCausalLM.from_pretrained(source)
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ValueError(f"convert: {source} is not a TRAForCausalLM directory ({err})") from err
+    check_finite(hf_model.model.state_dict(), f"convert: {source}")
     return _write_directory(out, hf_model.model.save_pretrained)

@@ -28,6 +28,23 @@ def save_pretrained(model, directory: str | os.PathLike, state_dict: dict | None
     atomic_write_text(directory / CONFIG_NAME, model.config.to_json())
 
 
+def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors of ``state`` holding a NaN or an infinity."""
+    return [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def check_finite(state: dict[str, torch.Tensor], where) -> None:
+    """A ValueError naming ``where`` and the tensors if any weight is NaN or infinite: a model whose training
+    diverged predicts nothing, and evaluating, converting or sampling it would only hide that."""
+    bad = nonfinite_tensors(state)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(
+            f"{where} holds non-finite weights (NaN or inf) in {shown}; expected finite weights (a run that "
+            "diverged: use a checkpoint from before, or train again with a lower learning rate)"
+        )
+
+
 def load_config(directory: Path) -> ModelConfig:
     """The ModelConfig of a saved model; ValueError naming the file if it is missing or invalid."""
     path = Path(directory) / CONFIG_NAME
@@ -40,7 +57,8 @@ def load_config(directory: Path) -> ModelConfig:
 def load_pretrained(
     cls, directory: str | os.PathLike, device: str | torch.device = "cpu", config: ModelConfig | None = None
 ):
-    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory.
+    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory, or on
+    non-finite weights (every command that evaluates, samples, converts or resumes a model reads it here).
 
     ``config`` replaces the saved config.json (whose weights must fit it): a training run's own config is
     authoritative for the model it resumes.
@@ -57,6 +75,7 @@ def load_pretrained(
         state = load_file(str(directory / WEIGHTS_NAME), device="cpu")
     except Exception as err:  # safetensors raises its own error types for truncated files
         raise ValueError(f"from_pretrained: {directory / WEIGHTS_NAME} is corrupt ({err})") from err
+    check_finite(state, f"from_pretrained: {directory / WEIGHTS_NAME}")
     model = cls(config)
     try:
         model.load_state_dict(state, strict=True)

@@ -1,5 +1,6 @@
 """Checkpoints of a run in training: the state after a whole step, written by rank 0; with FSDP every
-rank takes part (gathering the full weights, writing its optimizer shard)."""
+rank takes part (gathering the full weights, writing its optimizer shard). Weights that are not finite are
+never written: the run stops with ``TrainingDiverged`` instead."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 import torch
 
 from ..models import TransformerLM
-from .checkpoint import new_checkpoint_folder, save_checkpoint
+from ..models.io import nonfinite_tensors
+from .checkpoint import latest_checkpoint, new_checkpoint_folder, save_checkpoint
 from .distributed import Processes
+from .divergence import TrainingDiverged
 from .sharding import SHARDED, full_weights, save_optimizer
 
 
@@ -30,22 +33,26 @@ class Checkpointer:
     last_step: int  # the step of the checkpoint last saved (or resumed from)
 
     def save(self, step: int, fit_step: int | None) -> None:
-        """Checkpoint ``step``; ``fit_step`` (the step at which the run fitted, if it did) goes into its state."""
+        """Checkpoint ``step``; ``fit_step`` (the step at which the run fitted, if it did) goes into its state.
+        Raises TrainingDiverged on every rank, writing nothing, if a weight is not finite."""
+        weights = full_weights(self.model) if self.fsdp else self.model.state_dict()  # FSDP: on rank 0 only
+        if self.processes.any(bool(nonfinite_tensors(weights)), self.device):
+            raise TrainingDiverged(step, latest_checkpoint(self.run_dir), "a weight")
         state = {"rng": torch.get_rng_state(), "step": step, "train_seconds": self.seconds()}
         if fit_step is not None:
             state["fit_step"] = fit_step
         if torch.device(self.device).type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         if self.fsdp:
-            self._save_sharded(step, state)
+            self._save_sharded(step, state, weights)
         elif self.processes.is_main:
             optimizer = self.optimizer.state_dict()
             save_checkpoint(self.run_dir, step, self.model, self.saved_config, {**state, "optimizer": optimizer})
         self.last_step = step
 
-    def _save_sharded(self, step: int, state: dict) -> None:
-        """Every rank gathers the weights and writes its optimizer shard into rank 0's folder; rank 0 commits it."""
-        weights = full_weights(self.model)
+    def _save_sharded(self, step: int, state: dict, weights: dict) -> None:
+        """Every rank writes its optimizer shard into rank 0's folder; rank 0 commits it with the gathered
+        ``weights``."""
         folder = self.processes.broadcast(new_checkpoint_folder(self.run_dir, step) if self.processes.is_main else None)
         save_optimizer(self.model, self.optimizer, folder)
         self.processes.barrier()

@@ -44,14 +44,27 @@ class Processes:
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` summed over ranks (every rank must call this at the same point)."""
+        return self._all_reduce(value, dist.ReduceOp.SUM)
+
+    def min(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``'s smallest over ranks (every rank must call this at the same point)."""
+        return self._all_reduce(value, dist.ReduceOp.MIN)
+
+    def _all_reduce(self, value: torch.Tensor, op) -> torch.Tensor:
         if self.distributed:
             value = value.clone()
-            dist.all_reduce(value)
+            dist.all_reduce(value, op=op)
         return value
 
     def any(self, flag: bool, device: str) -> bool:
         """True on every rank if ``flag`` is True on any (e.g. an interrupt seen by one rank)."""
         return bool(self.sum(torch.tensor(float(flag), device=device)) > 0) if self.distributed else flag
+
+    def max(self, value: int, device: str) -> int:
+        """The largest of the ranks' ``value`` (e.g. the signal one rank received); no tensor for one process."""
+        if not self.distributed:
+            return value
+        return int(self._all_reduce(torch.tensor(value, device=device), dist.ReduceOp.MAX))
 
     def broadcast(self, value):
         """Rank 0's ``value`` (any picklable object) on every rank."""

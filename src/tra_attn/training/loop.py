@@ -5,11 +5,13 @@ checkpoints and exact resume.
 A step sets the learning rate, builds the step's batch, seeds dropout, accumulates the gradients, clips
 and steps the optimizer; then, when due, it writes a metrics row (``metrics_log.py``), validates and asks
 whether the run has fitted (``validator.py``), saves a checkpoint (``checkpointer.py``), and stops if
-Ctrl-C was pressed. A run starts fresh or from its latest checkpoint (``resume.py``).
+Ctrl-C was pressed or SIGTERM received (``interrupt.py``). A run starts fresh or from its latest checkpoint
+(``resume.py``). A non-finite loss, gradient norm or weight stops it with ``TrainingDiverged`` naming the
+step and the last finite checkpoint (``divergence.py``).
 
 Batches are a pure function of (seed, step), the model computes its own per-token loss, and the
-optimizer and RNG states are checkpointed between whole steps only (Ctrl-C waits for the step to
-finish), so ``--resume`` continues exactly: N/2 steps + resume + N/2 steps gives bit-identical weights
+optimizer and RNG states are checkpointed between whole steps only (Ctrl-C and SIGTERM wait for the step
+to finish), so ``--resume`` continues exactly: N/2 steps + resume + N/2 steps gives bit-identical weights
 to N steps straight.
 
 With ``fit_accuracy`` the run trains to fit: it stops at the first validation whose full-sequence
@@ -37,7 +39,8 @@ from .checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint
 from .checkpointer import Checkpointer
 from .config import TrainConfig, check_device
 from .distributed import Processes, join, leave
-from .interrupt import deferred_interrupts
+from .divergence import DivergenceWatch
+from .interrupt import Interrupted, deferred_interrupts
 from .metrics_log import METRICS_NAME, MetricsLog
 from .optim import learning_rate
 from .resume import restore
@@ -149,15 +152,15 @@ def _step_model(model: TransformerLM, config: TrainConfig, processes: Processes,
     return torch.compile(step_model) if config.compile else step_model
 
 
-def _stop(step: int, fit_step: int | None, checkpointer: Checkpointer, processes: Processes) -> NoReturn:
-    """Stop after ``step`` on Ctrl-C (every rank calls this): checkpoint it unless just saved, then raise
-    KeyboardInterrupt once every rank is done."""
+def _stop(signum: int, step: int, fit_step: int | None, checkpointer: Checkpointer, watch: DivergenceWatch) -> NoReturn:
+    """Stop after ``step`` on signal ``signum`` (every rank calls this): checkpoint it unless just saved (and
+    unless it diverged), then raise Interrupted once every rank is done."""
+    processes = checkpointer.processes
     if step != checkpointer.last_step:
+        watch.check(processes, checkpointer.run_dir)
         checkpointer.save(step, fit_step)
     processes.barrier()
-    if processes.is_main:
-        print(f"\ninterrupted after step {step}: saved a checkpoint; continue with --resume")
-    raise KeyboardInterrupt
+    raise Interrupted(signum, step)
 
 
 def train(
@@ -176,8 +179,9 @@ def train(
     Writes ``run_dir/train_config.json``, ``run_dir/metrics.jsonl`` (training rows every ``log_every``
     steps, ``val_*`` rows on the task's held-out sequences every ``eval_every`` steps, from ``metrics_fn``
     or else the task's own metrics) and
-    ``run_dir/checkpoints/``. Ctrl-C finishes the current step, saves a checkpoint and raises
-    KeyboardInterrupt.
+    ``run_dir/checkpoints/``. Ctrl-C or SIGTERM finishes the current step, saves a checkpoint and raises
+    ``Interrupted`` (a KeyboardInterrupt); a non-finite loss, gradient norm or weight raises
+    ``TrainingDiverged`` (a ValueError) without saving.
     """
     check_device(config.device)
     processes = join(config.device)
@@ -222,8 +226,9 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
         leave=False,
     )
     clip = config.grad_clip if config.grad_clip > 0 else math.inf
+    watch = DivergenceWatch(config.device)
     try:
-        with deferred_interrupts() as interrupt:
+        with deferred_interrupts(announce=main) as interrupt:
             while step < config.steps and fit_step is None:
                 lr = learning_rate(config, step)
                 for group in optimizer.param_groups:
@@ -237,7 +242,12 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                 optimizer.step()
                 step += 1
                 bar.update(1)
-                if _due(step, config.log_every, config.steps):
+                watch.note(step, loss, grad_norm)
+                saving = _due(step, config.checkpoint_every, config.steps)
+                logging = _due(step, config.log_every, config.steps)
+                if logging or saving or validator.due(step):  # where the loop reads the device anyway
+                    watch.check(processes, run_dir)
+                if logging:
                     row = log.training(step, loss, lr, grad_norm)  # every rank reaches this line at the same steps
                     if row is not None:
                         bar.set_postfix(loss=f"{row['loss']:.4f}")
@@ -247,11 +257,12 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                     if validator.fitted(val):
                         fit_step = step
                         log.fit(step)
-                if _due(step, config.checkpoint_every, config.steps) or fit_step is not None:
+                if saving or fit_step is not None:
                     checkpointer.save(step, fit_step)
-                # Every rank stops after the same step, whichever of them saw the interrupt.
-                if processes.any(interrupt.requested, config.device):
-                    _stop(step, fit_step, checkpointer, processes)
+                # Every rank stops after the same step, whichever of them saw the signal.
+                signum = processes.max(interrupt.signum, config.device)
+                if signum:
+                    _stop(signum, step, fit_step, checkpointer, watch)
     finally:
         bar.close()
     processes.barrier()  # the last checkpoint is on disk before any rank returns it

@@ -17,9 +17,11 @@ from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
 from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
 from ..tables import (
+    NO_TEST_DATA,
     PRESET_LEARNING_RATES,
     collect,
     color,
+    diverged_cells,
     fmt,
     label,
     learning_rate_note,
@@ -50,7 +52,7 @@ def columns(rows: list[dict]) -> list[Column]:
     cols = []
     for test in task_of(rows).eval_splits(train_length, 1):
         length = test.length or test.batch.tokens.shape[1]
-        if (test.split, length) in found:
+        if (test.split, length) in found or not found:  # none found: every run diverged
             times = f" {length // train_length}x" if length > train_length else ""
             cols.append((f"{test.split}{times} ({length})", test.split, length))
     return cols
@@ -58,13 +60,15 @@ def columns(rows: list[dict]) -> list[Column]:
 
 def accuracy_table(rows: list[dict], metric: str = "full_seq_acc", with_fit: bool = True, cols=None) -> list[str]:
     """Mean ± std over seeds per method and test split (``cols``, default ``columns(rows)``); with
-    ``with_fit``, the median training minutes and, for runs trained to fit, each seed's steps to fit."""
+    ``with_fit``, the median training minutes and, for runs trained to fit, each seed's steps to fit. A
+    method whose training diverged shows "diverged" in place of its numbers."""
     cols = cols or columns(rows)
     unfit = unfit_methods(rows)
     values = collect(rows, metric)
     seconds = collect(rows, "train_seconds")
     fit_steps = steps_to_fit(rows) if with_fit else {}
     lr = {r["method"]: r["lr"] for r in rows}
+    diverged = diverged_cells(rows)
     seeds = defaultdict(set)
     for r in rows:
         seeds[r["method"]].add(r["seed"])
@@ -80,6 +84,8 @@ def accuracy_table(rows: list[dict], metric: str = "full_seq_acc", with_fit: boo
             cells.append(f"{minutes[len(minutes) // 2]:.1f}" if minutes else "n/a")  # the upper median
         if fit_steps:
             cells.append(steps_to_fit_cell(fit_steps.get(method, [])))
+        if (method, lr[method]) in diverged:
+            cells[3:] = [diverged[(method, lr[method])]] * (len(cells) - 3)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -88,7 +94,9 @@ def data_table(rows: list[dict]) -> list[str]:
     """The statistics of every test split (regenerated from its seed) and the parameters that differ."""
     task = task_of(rows)
     train_length = rows[0]["config"]["length"]
-    sequences = max(int(r["value"]) for r in rows if r["metric"] == "sequences")
+    sequences = max((int(r["value"]) for r in rows if r["metric"] == "sequences"), default=0)
+    if not sequences:
+        return [NO_TEST_DATA]
     tests = task.eval_splits(train_length, sequences)
     varying = [k for k in tests[0].params if len({json.dumps(t.params[k]) for t in tests}) > 1]
     stats = [task.statistics(t.batch) for t in tests]
@@ -199,12 +207,14 @@ def summary_table(by_task: dict[str, list[dict]]) -> list[str]:
         train_length = rows[0]["config"]["length"]
         unfit = unfit_methods(rows)
         acc = collect(rows, "full_seq_acc")
+        diverged = {method: cell for (method, _), cell in diverged_cells(rows).items()}
         ood = [(s, n) for _, s, n in columns(rows) if (s, n) != ("iid", train_length)]
         cells = []
         for method in methods:
             per_split = [mean_std(acc[(method, s, n)])[0] for s, n in ood if acc[(method, s, n)]]
             mean = sum(per_split) / len(per_split) if per_split else float("nan")
-            cells.append("n/a" if mean != mean else f"{mean:.3f}" + (" †" if method in unfit else ""))
+            cell = "n/a" if mean != mean else f"{mean:.3f}" + (" †" if method in unfit else "")
+            cells.append(diverged.get(method, cell))
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     return lines
 

@@ -16,6 +16,7 @@ from ...utils.jsonl import read_jsonl
 from ..bench.report import accuracy_table, budget_phrase
 from ..fit import FIT_ACCURACY, unfit_methods
 from ..tables import (
+    NO_TEST_DATA,
     PRESET_LEARNING_RATES,
     collect,
     color,
@@ -68,7 +69,9 @@ def training_phrase(config: dict) -> str:
 def data_statistics_table(rows: list[dict]) -> list[str]:
     """Reads per sequence and write-to-read gaps of every test split (regenerated from its seed)."""
     train_length = min(r["config"]["length"] for r in rows)
-    sequences = max(int(r["value"]) for r in rows if r["metric"] == "sequences")
+    sequences = max((int(r["value"]) for r in rows if r["metric"] == "sequences"), default=0)
+    if not sequences:
+        return [NO_TEST_DATA]
     lines = [
         "| split | p_ignore | length | sequences | reads / sequence | mean gap (tokens) | max gap (tokens) |",
         "|---|---|---|---|---|---|---|",

@@ -13,6 +13,7 @@ from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.jsonl import read_jsonl
 from ..tables import (
     color,
+    diverged_cells,
     fmt,
     label,
     learning_rate_note,
@@ -38,21 +39,28 @@ def values_by_length(rows: list[dict], split: str, metric: str) -> dict[tuple[st
     return table
 
 
+def evaluation_lengths(rows: list[dict], bpb: dict[tuple[str, int], list[float]]) -> list[int]:
+    """The evaluation lengths of ``bpb`` (``values_by_length``), or the training length if every run diverged."""
+    return sorted({n for _, n in bpb}) or [rows[0]["config"]["length"]]
+
+
 def bpb_table(rows: list[dict]) -> list[str]:
-    """Bits per byte per method and evaluation length (mean ± std over seeds), and their training cost."""
+    """Bits per byte per method and evaluation length (mean ± std over seeds), and their training cost; a
+    method whose training diverged shows "diverged" in place of its numbers."""
     bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
-    lengths = sorted({n for _, n in bpb})
+    lengths = evaluation_lengths(rows, bpb)
     train_length = min(lengths)
     minutes = values_by_length(rows, "validation", "train_seconds")
     speed = values_by_length(rows, "validation", "tokens_per_second")
     lr = {r["method"]: r["lr"] for r in rows}
+    diverged = diverged_cells(rows)
     seeds = defaultdict(set)
     for r in rows:
         seeds[r["method"]].add(r["seed"])
     header = ["method", "lr", "seeds"] + [f"{n // train_length}x ({n})" for n in lengths]
     header += [f"{lengths[-1] // train_length}x / 1x", "train minutes", "tokens/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method in ordered({m for m, _ in bpb}):
+    for method in ordered({r["method"] for r in rows}):
         first, last = mean_std(bpb[(method, lengths[0])])[0], mean_std(bpb[(method, lengths[-1])])[0]
         key = (method, train_length)
         cells = [label(method), f"{lr[method]:g}", str(len(seeds[method]))]
@@ -60,6 +68,8 @@ def bpb_table(rows: list[dict]) -> list[str]:
         cells.append(f"{last / first:.3f}" if first and not math.isnan(first) else "n/a")
         cells.append(fmt([s / 60 for s in minutes[key]], 1))
         cells.append(fmt(speed[key], 0))
+        if (method, lr[method]) in diverged:
+            cells[3:] = [diverged[(method, lr[method])]] * (len(cells) - 3)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -72,9 +82,9 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
-    lengths = sorted({n for _, n in bpb})
+    lengths = evaluation_lengths(rows, bpb)
     longest = lengths[-1]
-    methods = ordered({m for m, _ in bpb})
+    methods = ordered({r["method"] for r in rows})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for method in methods:
         stats = [mean_std(bpb[(method, n)]) for n in lengths]
