@@ -126,6 +126,17 @@ def test_sigterm_saves_the_step_in_progress_and_resumes_bit_identically(tmp_path
     assert max_difference(weights(tmp_path / "straight"), weights(tmp_path / "stopped")) == 0
 
 
+def test_every_rank_stops_at_the_step_the_run_diverged(tmp_path):
+    """lr 1e9: the loss is NaN from step 2 on every rank (DDP averages the NaN gradients); every rank stops at
+    the same check, rank 0 says so once, and no checkpoint of non-finite weights exists."""
+    flags = ["--steps", "20", "--eval-every", "0", "--log-every", "5", "--checkpoint-every", "5", "--lr", "1e9"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command(tmp_path, 2, *flags), capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert result.stderr.count("tra: error: training diverged at step 2:") == 1, result.stderr[-3000:]
+    assert "no checkpoint was written" in result.stderr and not (tmp_path / "checkpoints").exists()
+
+
 def read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.is_file() else []
 
