@@ -83,6 +83,13 @@ def test_a_diverging_learning_rate_is_recorded_as_diverged_and_never_selected(fe
     assert again.split("# mqar")[1] == out.split("# mqar")[1]  # the same page
 
 
+def test_a_comparison_whose_every_run_diverged_still_writes_its_page(few_pairs, tmp_path, capsys):
+    code, out, err = run(["compare", "mqar_few_pairs", *TINY, "--lrs", "1e9", "--out", tmp_path], capsys)
+    assert code == 0, err
+    assert re.search(r"^\| TRA † \| 1e\+09 \| 1 \| diverged \| diverged \|", out, re.M)
+    assert "None: every run diverged before its evaluation." in out
+
+
 def test_tables_show_how_many_seeds_diverged():
     def row(lr, seed, metric, value):
         return {"method": "tra", "lr": lr, "seed": seed, "split": "validation", "metric": metric, "value": value}

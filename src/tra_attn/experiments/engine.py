@@ -87,9 +87,8 @@ def run_one(
     if rows_path.is_file():
         rows = read_jsonl(rows_path)
         rows = experiment.upgrade(rows) if experiment.upgrade else rows
-        if any(r["metric"] == DIVERGED for r in rows) or experiment.test_splits(config) <= {
-            (r["split"], r["length"]) for r in rows
-        }:
+        evaluated = {(r["split"], r["length"]) for r in rows}
+        if any(r["metric"] == DIVERGED for r in rows) or experiment.test_splits(config) <= evaluated:
             return rows
         validation = [r for r in rows if r["split"] == "validation"]
         rows = validation + experiment.evaluate(method, config, directory, budget)
