@@ -4,9 +4,11 @@ Generic commands (``data``, ``train``, ``eval``, ``compare``, ``report``) work f
 or experiment; ``bench``, ``lm compare`` and the commands experiments name for themselves are aliases of
 ``compare``, kept for the commands the results pages quote.
 
-Exit codes: 0 done; 2 a usage or input error (one ``tra: error:`` line; a diverged training run is one);
-130 stopped by Ctrl-C and 143 by SIGTERM (128 + the signal, as shells and schedulers expect), after the
-training step in progress was finished and checkpointed.
+Exit codes: 0 done; 1 an operating-system error (a read-only folder, a full disk, a name too long: one
+``tra: error:`` line naming what was written, the path and the reason), or a torchrun worker that lost the
+other processes; 2 a usage or input error (one ``tra: error:`` line; a diverged training run is one); 130
+stopped by Ctrl-C and 143 by SIGTERM (128 + the signal, as shells and schedulers expect), after the training
+step in progress was finished and checkpointed.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ import argparse
 import os
 import sys
 
+from safetensors import SafetensorError
+
+from ..training.distributed import lost_peer
 from ..training.divergence import TrainingDiverged
 from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
+from ..utils.os_errors import describe, os_error
 from .checkpoints import add_convert_command, add_eval_command
 from .compare import add_compare_commands, add_report_command
 from .lm import add_lm_command
@@ -37,6 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(line: str) -> None:
+    """``line`` to stderr in one write: the lines of torchrun workers sharing a terminal do not interleave."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _machine_failure(err: Exception, command: str) -> str | None:
+    """One line for an error of the machine, not of the input: an OS error (also one behind torch's and
+    safetensors' own exceptions), or a collective that lost another torchrun worker. None for anything
+    else, a bug, whose traceback is wanted."""
+    cause = os_error(err) if isinstance(err, (OSError, RuntimeError, SafetensorError)) else None
+    if cause is not None:
+        return describe(cause) if cause.filename else f"tra {command}: {describe(cause)}"
+    return lost_peer(err)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
@@ -47,13 +69,19 @@ def main(argv=None) -> int:
         args.func(args)
     except ValueError as err:
         if speaks or not isinstance(err, TrainingDiverged):
-            print(f"tra: error: {err}", file=sys.stderr)
+            _say(f"tra: error: {err}")
         return 2
     except Interrupted as err:
         if speaks:
-            print(f"tra: {err}", file=sys.stderr)
+            _say(f"tra: {err}")
         return err.exit_code
     except KeyboardInterrupt:
-        print("tra: interrupted", file=sys.stderr)
+        _say("tra: interrupted")
         return 130
+    except Exception as err:
+        line = _machine_failure(err, args.command)
+        if line is None:
+            raise
+        _say(f"tra: error: {line}")
+        return 1
     return 0

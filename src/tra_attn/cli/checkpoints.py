@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..data import TASKS
 from ..utils.cli_help import HelpFormatter
+from ..utils.os_errors import writing
 from .train import check_output_file
 
 
@@ -24,7 +25,8 @@ def cmd_eval(args) -> None:
         task=args.task,
     )
     if args.out:
-        write_jsonl(args.out, rows)
+        with writing("result rows", args.out):
+            write_jsonl(args.out, rows)
     table: dict[tuple, dict] = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..experiments.registry import experiments
 from ..utils.cli_help import HelpFormatter
+from ..utils.os_errors import writing
 from .compare import add_comparison_flags, compare, described
 from .train import add_train_flags, check_output_file
 from .train import cmd_train as train_command
@@ -31,7 +32,8 @@ def cmd_eval(args) -> None:
         check_output_file(args.out, "--out")
     rows = evaluate_lm(args.checkpoint, args.factors, args.stride, args.tokens, args.buckets, args.device)
     if args.out:
-        write_jsonl(args.out, rows)
+        with writing("result rows", args.out):
+            write_jsonl(args.out, rows)
     print_table(rows)
 
 

@@ -13,6 +13,7 @@ from ..models import ModelConfig
 from ..training.config import TrainConfig, migrate
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
+from ..utils.os_errors import writing
 
 
 def _flag(name: str) -> str:
@@ -104,7 +105,8 @@ def cmd_data(args) -> None:
     task = make_task(args.task, **{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls)})
     check_output_file(args.out, "--out")
     batch = task.sample(args.num, args.length, args.seed)
-    task.write_text(args.out, batch)
+    with writing("sequences", args.out):
+        task.write_text(args.out, batch)
     print(json.dumps({"out": str(args.out), **task.statistics(batch)}))
 
 

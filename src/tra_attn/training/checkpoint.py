@@ -3,7 +3,9 @@
 ``run/checkpoints/step_0000500/`` holds config.json + model.safetensors (``save_pretrained``),
 train_config.json and train_state.pt (optimizer state, RNG state, step). A checkpoint is written to
 a hidden temporary directory first and renamed into place only when complete, so a crash or Ctrl-C
-never leaves a half-written checkpoint that ``latest_checkpoint`` would pick up.
+never leaves a half-written checkpoint that ``latest_checkpoint`` would pick up. A write that fails (a full
+disk, a read-only folder) removes its temporary directory and raises ``WriteFailed`` naming the checkpoint;
+the checkpoints already written stay as they were.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from ..models import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
 from ..models.io import save_pretrained
 from ..utils.atomic import usual_mode
+from ..utils.os_errors import writing
 
 TRAIN_CONFIG_NAME = "train_config.json"
 TRAIN_STATE_NAME = "train_state.pt"
@@ -27,19 +30,20 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 def _commit(run_dir: Path, step: int, write, keep: int, tmp: Path | None = None) -> Path:
     """Write checkpoint ``step`` with ``write(folder)`` into a hidden temporary folder (``tmp``, or a new
-    one), rename it into place, then delete all but the newest ``keep`` checkpoints."""
-    root = Path(run_dir) / "checkpoints"
-    final = root / f"step_{step:07d}"
-    tmp = tmp or new_checkpoint_folder(run_dir, step)
-    try:
-        write(tmp)
-        if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
-            shutil.rmtree(final)
-        tmp.chmod(usual_mode(0o777))  # mkdtemp creates 0700
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    one), rename it into place, then delete all but the newest ``keep`` checkpoints. An OS error raises
+    ``WriteFailed`` once the temporary folder is removed."""
+    final = Path(run_dir) / "checkpoints" / f"step_{step:07d}"
+    with writing("checkpoint", final):
+        tmp = tmp or new_checkpoint_folder(run_dir, step)
+        try:
+            write(tmp)
+            if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
+                shutil.rmtree(final)
+            tmp.chmod(usual_mode(0o777))  # mkdtemp creates 0700
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -48,8 +52,9 @@ def _commit(run_dir: Path, step: int, write, keep: int, tmp: Path | None = None)
 def new_checkpoint_folder(run_dir: Path, step: int) -> Path:
     """A new hidden temporary folder for checkpoint ``step`` (removed on resume if never committed)."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".step_{step:07d}.", dir=root))
+    with writing("checkpoint", root / f"step_{step:07d}"):
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".step_{step:07d}.", dir=root))
 
 
 def save_checkpoint(
@@ -71,7 +76,8 @@ def save_checkpoint(
     def write(folder: Path) -> None:
         save_pretrained(model, folder, weights)
         (folder / TRAIN_CONFIG_NAME).write_text(json.dumps(train_config, indent=2, sort_keys=True))
-        torch.save(state, folder / TRAIN_STATE_NAME)
+        with open(folder / TRAIN_STATE_NAME, "wb") as file:  # torch.save to a path hides the OS error's errno
+            torch.save(state, file)
 
     return _commit(run_dir, step, write, keep, tmp)
 

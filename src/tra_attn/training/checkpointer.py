@@ -12,6 +12,7 @@ import torch
 
 from ..models import TransformerLM
 from ..models.io import nonfinite_tensors
+from ..utils.os_errors import writing
 from .checkpoint import latest_checkpoint, new_checkpoint_folder, save_checkpoint
 from .distributed import Processes
 from .divergence import TrainingDiverged
@@ -54,7 +55,8 @@ class Checkpointer:
         """Every rank writes its optimizer shard into rank 0's folder; rank 0 commits it with the gathered
         ``weights``."""
         folder = self.processes.broadcast(new_checkpoint_folder(self.run_dir, step) if self.processes.is_main else None)
-        save_optimizer(self.model, self.optimizer, folder)
+        with writing("checkpoint optimizer shard", folder):
+            save_optimizer(self.model, self.optimizer, folder)
         self.processes.barrier()
         if self.processes.is_main:
             state["optimizer"] = SHARDED

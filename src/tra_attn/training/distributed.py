@@ -6,15 +6,23 @@ on CUDA). Every rank builds the same global batch (a pure function of seed and s
 own contiguous slice of rows; DistributedDataParallel averages the gradients. Rank 0 alone validates,
 logs and writes checkpoints. The global batch, not the number of processes, is part of the run's
 config, so a run resumes on any number of processes.
+
+Joining waits at most ``TRA_RENDEZVOUS_TIMEOUT`` seconds (default 300) for the other processes: a
+``WORLD_SIZE``/``RANK`` left in the environment of a process started without torchrun fails with a clear
+error instead of waiting for partners that never come.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,23 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} = {value!r}; expected an integer (set by torchrun)") from None
 
 
+RENDEZVOUS_TIMEOUT = "TRA_RENDEZVOUS_TIMEOUT"
+DEFAULT_RENDEZVOUS_SECONDS = 300.0
+
+
+def _rendezvous_seconds() -> float:
+    value = os.environ.get(RENDEZVOUS_TIMEOUT, str(DEFAULT_RENDEZVOUS_SECONDS))
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"environment variable {RENDEZVOUS_TIMEOUT} = {value!r}; expected a positive number of seconds"
+        )
+    return seconds
+
+
 def join(device: str) -> Processes:
     """This process's ranks from torchrun's environment, joining the process group if there are several."""
     world_size = _env_int("WORLD_SIZE", 1)
@@ -97,8 +122,57 @@ def join(device: str) -> Processes:
         cuda = torch.device(device).type == "cuda"
         if cuda:
             torch.cuda.set_device(processes.local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo")
+        _init_process_group("nccl" if cuda else "gloo", processes)
     return processes
+
+
+def _init_process_group(backend: str, processes: Processes) -> None:
+    """torch's env:// rendezvous, bounded by TRA_RENDEZVOUS_TIMEOUT; the group's collectives keep torch's
+    default timeout (a rank may wait long for rank 0 to write a checkpoint)."""
+    seconds = _rendezvous_seconds()
+    stray = f"WORLD_SIZE={processes.world_size} and RANK={processes.rank} are set"
+    remedy = (
+        "every process of the launch must start (check the other nodes)"
+        if os.environ.get("TORCHELASTIC_RUN_ID")
+        else "launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK"
+    )
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        unset = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not"
+        raise ValueError(f"{stray} but {unset}; expected the environment of torchrun: {remedy}")
+    try:
+        rendezvous = dist.rendezvous("env://", processes.rank, processes.world_size, timeout=timedelta(seconds=seconds))
+        store, _, _ = next(rendezvous)
+        dist.init_process_group(
+            backend, store=dist.PrefixStore("default_pg", store), rank=processes.rank, world_size=processes.world_size
+        )
+    except dist.DistError as err:
+        where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        raise ValueError(
+            f"{stray} but no process group formed at {where} within {seconds:g} s ({RENDEZVOUS_TIMEOUT}): "
+            f"{_first_line(err)}; expected the other processes of a torchrun launch: {remedy}"
+        ) from None
+    store.set_timeout(default_pg_timeout)  # as torch's own env:// rendezvous leaves it
+
+
+def _first_line(err: BaseException) -> str:
+    """The first sentence of a torch.distributed error, without the C++ source location gloo puts first."""
+    text = re.sub(r"^\[[^\]]*:\d+\]\s*", "", str(err).strip())
+    return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(err).__name__
+
+
+def lost_peer(err: BaseException) -> str | None:
+    """One line for a collective that failed because another process of the run stopped (it failed, and
+    says why in its own output, or was killed); None for any other error."""
+    world_size = os.environ.get("WORLD_SIZE", "1")
+    if world_size in ("", "0", "1") or not isinstance(err, RuntimeError):
+        return None
+    if not (isinstance(err, dist.DistError) or "gloo" in str(err) or "NCCL" in str(err)):
+        return None
+    return (
+        f"process {os.environ.get('RANK', '?')} of {world_size} lost the others (one of them failed or was "
+        f"stopped: see its own message): {_first_line(err)}"
+    )
 
 
 def leave(processes: Processes) -> None:

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from ..data import Task, TaskBatch
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text, make_directory
+from ..utils.os_errors import writing
 from .checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint
 from .checkpointer import Checkpointer
 from .config import TrainConfig, check_device
@@ -210,7 +211,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     log = MetricsLog(run_dir / METRICS_NAME, processes, config.device, seconds)
     log.restart_after(start)
     if main:
-        atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(saved_config, indent=2, sort_keys=True))
+        with writing("training config", run_dir / TRAIN_CONFIG_NAME):
+            atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(saved_config, indent=2, sort_keys=True))
     task = config.task_instance()
     validator = Validator(model, config, task, metrics_fn or task.metrics, processes, fsdp)
     step_model = _step_model(model, config, processes, fsdp)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..utils.jsonl import append_jsonl, read_jsonl, write_jsonl
+from ..utils.os_errors import writing
 from .distributed import Processes
 
 METRICS_NAME = "metrics.jsonl"
@@ -23,7 +24,8 @@ class MetricsLog:
         """Drop the rows after ``step`` (the checkpoint resumed from): they will be written again."""
         if self.processes.is_main:
             kept = [row for row in read_jsonl(self.path) if row["step"] <= step] if step else []
-            write_jsonl(self.path, kept)
+            with writing("metrics log", self.path):
+                write_jsonl(self.path, kept)
 
     def training(self, step: int, loss: torch.Tensor, lr: float, grad_norm: torch.Tensor) -> dict | None:
         """Write the training row of ``step``: the loss summed over the ranks' shares (a collective), the
@@ -36,15 +38,19 @@ class MetricsLog:
         if torch.device(self.device).type == "cuda":  # allocator statistics: no device sync
             row["peak_memory_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         row["elapsed_s"] = self.seconds()
-        append_jsonl(self.path, row)
+        self._append(row)
         return row
 
     def validation(self, step: int, val: dict | None) -> None:
         """Write the validation metrics of ``step`` as ``val_*`` fields."""
         if self.processes.is_main:
-            append_jsonl(self.path, {"step": step, **{f"val_{k}": v for k, v in val.items()}})
+            self._append({"step": step, **{f"val_{k}": v for k, v in val.items()}})
 
     def fit(self, step: int) -> None:
         """Write the step at which the run fitted."""
         if self.processes.is_main:
-            append_jsonl(self.path, {"step": step, "fit_step": step})
+            self._append({"step": step, "fit_step": step})
+
+    def _append(self, row: dict) -> None:
+        with writing("metrics log", self.path):
+            append_jsonl(self.path, row)
