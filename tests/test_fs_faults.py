@@ -98,6 +98,16 @@ def test_a_full_tmpfs_fails_the_next_checkpoint_in_one_line_and_keeps_the_previo
         assert_intact_and_resumable(disk / "run", 3, straight, capsys)
 
 
+def test_convert_onto_a_full_tmpfs_is_one_line_and_leaves_nothing(tmp_path, straight, capsys):
+    """safetensors' own error (inside transformers' save_pretrained) carries the errno, not the path."""
+    pytest.importorskip("transformers")
+    with tmpfs(tmp_path / "disk", "8k") as disk:
+        code, out, err = tra(["convert", straight, "--to", "hf", "--out", disk / "hf"], capsys)
+        assert code == 1 and "wrote" not in out and "Traceback" not in err  # before it: transformers' progress bar
+        assert err.splitlines()[-1] == "tra: error: tra convert: No space left on device"
+        assert not list(disk.iterdir())
+
+
 def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, capsys, monkeypatch):
     with tmpfs(tmp_path / "ro", "16m") as ro:
         shutil.copytree(straight, ro / "run")
