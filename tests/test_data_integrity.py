@@ -426,7 +426,7 @@ def test_any_integer_dtype_is_a_batch_of_token_ids(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
 def test_token_ids_that_are_not_integers_are_refused(dtype):
-    with pytest.raises(ValueError, match=rf"input_ids\.dtype = {dtype}; expected token ids of an integer dtype"):
+    with pytest.raises(ValueError, match=rf"input_ids\.dtype = {dtype}; expected an integer dtype of token ids"):
         tiny(0)(torch.zeros(1, 4, dtype=dtype))
 
 

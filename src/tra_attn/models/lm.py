@@ -131,7 +131,7 @@ class TransformerLM(nn.Module):
             raise ValueError(f"TransformerLM: input_ids shape = {shape}; expected a 2-d (batch, seq) tensor")
         if input_ids.dtype not in INTEGER_DTYPES:
             raise ValueError(
-                f"TransformerLM: input_ids.dtype = {input_ids.dtype}; expected token ids of an integer dtype "
+                f"TransformerLM: input_ids.dtype = {input_ids.dtype}; expected an integer dtype of token ids "
                 f"({', '.join(str(d).removeprefix('torch.') for d in INTEGER_DTYPES)})"
             )
         if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
