@@ -96,7 +96,8 @@ def test_a_killed_build_leaves_temporaries_that_the_next_build_removes(tmp_path)
         "corpus.atomic_write = killed\n"
         f"corpus.tokenize_corpus({str(corpus)!r}, 'byte', cache_dir={str(cache)!r}, progress=False)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": "src"})
+    src = Path(__file__).resolve().parents[1] / "src"
+    result = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(src)})
     assert result.returncode == 9
     (left,) = [p.name for p in cache.iterdir()]  # the killed process's whole .bin, under a hidden name
     assert left.startswith(".byte-") and left.endswith(".tmp")
