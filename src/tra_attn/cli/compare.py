@@ -14,6 +14,7 @@ from ..experiments.registry import experiments
 from ..experiments.suite import run_suite, suite_tasks
 from ..utils.cli_help import HelpFormatter
 from ..utils.jsonl import read_jsonl
+from .train import parse_seed
 
 RESUMABLE = "Resumable: finished runs are skipped, unfinished ones continue."
 
@@ -28,7 +29,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
         help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/variants.py) to run "
         f"(default: {methods})",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the preset's)")
+    parser.add_argument("--seeds", type=parse_seed, nargs="+", help="seeds (default: the preset's)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     parser.add_argument(
         "--lrs",
@@ -38,7 +39,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     )
     parser.add_argument(
         "--sweep-seeds",
-        type=int,
+        type=parse_seed,
         nargs="+",
         help="with --lrs: the seeds every rate runs on; the other --seeds then run at each method's selected "
         "rate only (default: every seed)",
@@ -73,7 +74,7 @@ def comparison_arguments(args: argparse.Namespace) -> dict:
         device=args.device,
         progress=not args.no_progress,
         command="tra " + shlex.join(args.argv),
-        **({"task_args": {"data_dir": str(data_dir)}} if data_dir else {}),
+        **({"task_args": {"data_dir": str(data_dir.expanduser().absolute())}} if data_dir else {}),
     )
 
 

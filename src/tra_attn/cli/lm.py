@@ -10,7 +10,7 @@ from ..experiments.registry import experiments
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
 from .compare import add_comparison_flags, compare, described
-from .train import add_train_flags, check_output_file
+from .train import add_train_flags, check_output_file, parse_seed
 from .train import cmd_train as train_command
 
 
@@ -107,7 +107,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate")
     sp.add_argument("--temperature", type=float, default=0.8, help="0 decodes greedily")
     sp.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0 keeps them all")
-    sp.add_argument("--seed", type=int, default=0, help="the same seed gives the same text")
+    sp.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same text")
     sp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     sp.set_defaults(func=cmd_sample)
 

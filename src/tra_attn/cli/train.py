@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from ..data import TASKS, make_task
+from ..data import TASKS, absolute_task_args, make_task
 from ..models import ModelConfig
-from ..training.config import TrainConfig, migrate
+from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
@@ -35,11 +35,19 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             else:
                 group.add_argument(
                     _flag(f.name),
-                    type=type(default),
+                    type=parse_seed if f.name == "seed" else type(default),
                     default=None,
                     metavar=type(default).__name__.upper(),
                     help=help_text,
                 )
+
+
+def parse_seed(text: str) -> int:
+    """An argparse type: a seed in [0, 2**63), or an error that argparse prints after the flag's name."""
+    try:
+        return check_seed(int(text), "seed")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected an integer seed in [0, 2**63)") from None
 
 
 def _parse_task_arg(text: str) -> tuple[str, object]:
@@ -84,6 +92,8 @@ def config_from_args(args) -> TrainConfig:
     data.setdefault("task", next(iter(TASKS)))
     if args.task_arg:
         data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg)}
+    if isinstance(data.get("task_args"), dict):  # the run records where its data are, whatever its folder
+        data["task_args"] = absolute_task_args(data["task"], data["task_args"])
     task = make_task(data["task"], **data.get("task_args", {}))
     model.setdefault("vocab_size", task.vocab_size)
     model.setdefault("tokenizer", task.tokenizer_description())
@@ -135,7 +145,7 @@ def add_data_command(sub) -> None:
                 p.add_argument(_flag(f.name), type=type(f.default), default=f.default, help=f.metadata.get("help"))
         p.add_argument("--length", type=int, default=512, help="tokens per sequence")
         p.add_argument("--num", type=int, default=1000, help="number of sequences")
-        p.add_argument("--seed", type=int, default=0, help="the same seed gives the same sequences")
+        p.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same sequences")
         p.add_argument("--out", type=Path, required=True, help="text file to write, one sequence per line (required)")
         p.set_defaults(func=cmd_data)
 

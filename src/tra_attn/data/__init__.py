@@ -4,6 +4,26 @@ Importing this package registers every task of both, so ``make_task`` knows them
 """
 
 from . import synthetic, text  # noqa: E402, F401  (registration; after the protocol they import)
-from .task import TASKS, EvalSplit, Task, TaskBatch, make_task, register_task, split_sequences
+from .task import (
+    TASKS,
+    EvalSplit,
+    Task,
+    TaskBatch,
+    absolute_task_args,
+    make_task,
+    recorded_task_args,
+    register_task,
+    split_sequences,
+)
 
-__all__ = ["TASKS", "EvalSplit", "Task", "TaskBatch", "make_task", "register_task", "split_sequences"]
+__all__ = [
+    "TASKS",
+    "EvalSplit",
+    "Task",
+    "TaskBatch",
+    "absolute_task_args",
+    "make_task",
+    "recorded_task_args",
+    "register_task",
+    "split_sequences",
+]

@@ -9,6 +9,7 @@ from text. Everything above the data (training, metrics, reports) sees only this
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -93,6 +94,11 @@ class Task:
 
         atomic_write_text(path, "".join(self.decode_text(row) + "\n" for row in batch.tokens))
 
+    @classmethod
+    def path_arguments(cls, args: dict) -> list[str]:
+        """The names of the arguments in ``args`` that are file-system paths (none by default)."""
+        return []
+
     def read_text(self, path: str | Path) -> list[TaskBatch]:
         """Sequences from a text file (one per line), grouped into one batch per sequence length."""
         path = Path(path)
@@ -146,3 +152,27 @@ def make_task(name: str, **kwargs) -> Task:
     if unknown:
         raise ValueError(f"task {name!r}: unknown arguments {unknown}; expected a subset of {sorted(known)}")
     return cls(**kwargs)
+
+
+def absolute_task_args(name: str, args: dict) -> dict:
+    """``args`` of the task ``name`` with every path argument absolute (``~`` expanded), as a run records
+    them: where its data are, so that it evaluates and resumes from any folder."""
+    paths = TASKS[name].path_arguments(args) if name in TASKS else []
+    return {key: os.path.abspath(os.path.expanduser(value)) if key in paths else value for key, value in args.items()}
+
+
+def recorded_task_args(name: str, args: dict, where) -> dict:
+    """The task arguments a run recorded in ``where`` (a checkpoint), with absolute paths. Runs of older versions
+    recorded paths as given, relative to a folder they did not record: such a path is taken from the working
+    directory if it exists there, else a ValueError names it and how to fix it."""
+    resolved = absolute_task_args(name, args)
+    for key in TASKS[name].path_arguments(args) if name in TASKS else []:
+        value = os.path.expanduser(args[key])
+        if not os.path.isabs(value) and not os.path.exists(value):
+            raise ValueError(
+                f"{where}: the run's task argument {key} = {args[key]!r} is a relative path (recorded by an older "
+                f"tra, relative to the folder the run was started in) and {resolved[key]} does not exist; expected "
+                f"that path: run this command from the folder the run was started in, or write the absolute path "
+                f"into task_args.{key} of {Path(where) / 'train_config.json'}"
+            )
+    return resolved

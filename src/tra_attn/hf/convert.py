@@ -4,42 +4,37 @@ Native: ``config.json`` (ModelConfig) + ``model.safetensors`` (TransformerLM's s
 by ``save_pretrained``, a run or a checkpoint. Hugging Face: ``config.json`` (TRAConfig, model_type
 "tra") + ``model.safetensors`` (the same tensors under ``model.``) + the tokenizer's files and a
 generation config. The weights are copied bit for bit, and must be finite (a diverged model is refused:
-``check_finite``, as every command that reads a model does). The output directory is written complete in a
-temporary folder and then renamed into place, so a failure never leaves half a model behind.
+``check_finite``, as every command that reads a model does); from Hugging Face, a missing, unexpected or
+mis-shaped tensor, an integer one, or a config value of the wrong type is refused. The output directory is
+written complete in a temporary folder (a leftover of a killed conversion is removed by the next one) and then
+renamed into place with the permissions of the user's umask, so a failure never leaves half a model behind.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from safetensors.torch import load_file
+
 from ..data.text.tokenizers import GPT2_ENDOFTEXT_ID
-from ..models import TransformerLM
+from ..models import WEIGHTS_NAME, TransformerLM
 from ..models.io import check_finite
 from ..training.checkpoint import resolve_checkpoint
+from ..utils.atomic import atomic_directory
 from .configuration import MODEL_TYPE, TRAConfig
 from .modeling import TRAForCausalLM
 from .tokenization import hf_tokenizer
 
 
 def _write_directory(out: str | os.PathLike, write) -> Path:
-    """Call ``write(tmp)`` on a fresh folder next to ``out``, then rename it to ``out`` (which must not exist)."""
+    """Call ``write(tmp)`` on a fresh folder next to ``out``, then rename it to ``out`` (which must not exist,
+    or be empty), with the permissions of the user's umask."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"convert: {out} exists and is not an empty directory; expected a new output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write(tmp)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return atomic_directory(out, write, keep_others=False)
 
 
 def to_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -61,7 +56,12 @@ def to_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
 
 
 def to_native(source: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """A Hugging Face directory written by ``to_hf`` (or ``TRAForCausalLM.save_pretrained``) as a native one."""
+    """A Hugging Face directory written by ``to_hf`` (or ``TRAForCausalLM.save_pretrained``) as a native one.
+
+    The weights are read as stored and must be exactly the native model's: every tensor present, none
+    unknown, each of the model's shape and floating-point dtype (``transformers`` would fill a missing
+    tensor with random values and cast the others); a config value of the wrong type is refused too.
+    """
     source = Path(source)
     config_path = source / "config.json"
     try:
@@ -76,8 +76,40 @@ def to_native(source: str | os.PathLike, out: str | os.PathLike) -> Path:
             "by `tra convert --to hf`; a native model converts with --to hf)"
         )
     try:
-        hf_model = TRAForCausalLM.from_pretrained(source)
+        config = TRAConfig.from_pretrained(source).to_model_config()
     except (OSError, ValueError, TypeError, KeyError) as err:
-        raise ValueError(f"convert: {source} is not a TRAForCausalLM directory ({err})") from err
-    check_finite(hf_model.model.state_dict(), f"convert: {source}")
-    return _write_directory(out, hf_model.model.save_pretrained)
+        raise ValueError(f"convert: {config_path} is not a valid TRAConfig ({err})") from None
+    weights_path = source / WEIGHTS_NAME
+    try:
+        stored = load_file(str(weights_path), device="cpu")
+    except Exception as err:  # a missing file, or safetensors' own errors for a truncated one
+        raise ValueError(f"convert: cannot read {weights_path} ({err}); expected the model's weights") from None
+    model = TransformerLM(config)
+    state = _native_state(stored, model.state_dict(), weights_path)
+    check_finite(state, f"convert: {source}")
+    model.load_state_dict(state, strict=True)
+    return _write_directory(out, model.save_pretrained)
+
+
+def _native_state(stored: dict, expected: dict, path: Path) -> dict:
+    """The stored tensors under their native names (without ``model.``), or a ValueError naming every tensor
+    that is missing or unexpected, and the first one of the wrong shape or dtype."""
+    prefix = f"{TRAForCausalLM.base_model_prefix}."
+    state = {name.removeprefix(prefix): tensor for name, tensor in stored.items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"convert: {path} does not hold the model's tensors (missing: {missing or 'none'}; unexpected: "
+            f"{[prefix + name for name in unexpected] or 'none'}); expected exactly the {len(expected)} tensors "
+            f"of the config's model under {prefix!r}"
+        )
+    for name, want in expected.items():
+        got = state[name]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise ValueError(
+                f"convert: {path}: {prefix}{name} is {got.dtype} of shape {tuple(got.shape)}; expected "
+                f"{want.dtype} of shape {tuple(want.shape)} as the config's model (weights are copied exactly, "
+                "never cast or filled in)"
+            )
+    return state

@@ -103,6 +103,7 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
             raise ValueError("TRAForCausalLM: inputs_embeds is not supported; expected input_ids")
         if input_ids is None:
             raise ValueError("TRAForCausalLM: input_ids is None; expected a (batch, seq) tensor of token ids")
+        self.model.check_input_ids(input_ids)  # ids outside the vocabulary: the native model's clear error
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError(
                 "TRAForCausalLM: attention_mask has zeros; padding is not supported (every query attends to "

@@ -46,6 +46,11 @@ def migrate(data: dict) -> dict:
     return data
 
 
+def _is_number(value) -> bool:
+    """An int or a float, not a bool (``True`` is an int to Python, never a number in a config)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 V4_DEFAULTS = {"attention_dropout": 0.0, "residual_dropout": True, "init_scheme": "normal", "tra_dense_heads": 0}
 INIT_SCHEMES = ("normal", "notebook")
 
@@ -157,18 +162,21 @@ class ModelConfig:
             fail("residual_dropout", "true or false")
         if self.init_scheme not in INIT_SCHEMES:
             fail("init_scheme", f"one of {INIT_SCHEMES}")
+        for name in ("mlp_bias", "tra_learned_temperature"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, "true or false")
         for name in ("mlp_ratio", "norm_eps", "init_std", "rope_base"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 fail(name, "a finite positive number")
         if int(self.mlp_ratio * self.d_model) < 1:
             fail(
                 "mlp_ratio",
                 f"a ratio giving an MLP at least 1 wide (mlp_ratio * d_model >= 1, d_model = {self.d_model})",
             )
-        if not isinstance(self.gate_bias_init, (int, float)) or not math.isfinite(self.gate_bias_init):
+        if not _is_number(self.gate_bias_init) or not math.isfinite(self.gate_bias_init):
             fail("gate_bias_init", "a finite number")
-        if not isinstance(self.tra_threshold, (int, float)) or math.isnan(self.tra_threshold):
+        if not _is_number(self.tra_threshold) or math.isnan(self.tra_threshold):
             fail("tra_threshold", "a number")
         dense = self.tra_dense_heads
         if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= self.n_heads:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .token_ids import as_index
+
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator=None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V): greedy at temperature 0, else top-k softmax sampling."""
@@ -37,6 +39,7 @@ def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k) ->
 def generate(model, input_ids, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
     """See ``TransformerLM.generate``."""
     check_generate_args(model, input_ids, max_new_tokens, temperature, top_k)
+    input_ids = as_index(input_ids)  # room for every id of the vocabulary (a uint8 prompt, say)
     was_training = model.training
     model.eval()
     try:

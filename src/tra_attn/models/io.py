@@ -1,4 +1,4 @@
-"""Saving and loading models: config.json + model.safetensors in a directory, each written atomically."""
+"""Saving and loading models: config.json + model.safetensors in a directory, written atomically as a pair."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..utils.atomic import atomic_write, atomic_write_text, make_directory
+from ..utils.atomic import atomic_directory, atomic_write, atomic_write_text, make_directory
 from .config import ModelConfig
 
 CONFIG_NAME = "config.json"
@@ -17,15 +17,28 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 def save_pretrained(model, directory: str | os.PathLike, state_dict: dict | None = None) -> None:
-    """Write config.json and model.safetensors, each atomically (temp file, then rename).
+    """Write config.json and model.safetensors so that a crash never leaves the weights of one model with
+    the config of another: over a saved model, the folder is written beside and swapped in as a whole
+    (``atomic_directory``, which keeps the folder's other files), and so is a new folder; into an existing
+    folder without a model, each file is written atomically (a crash leaves at most the weights, which loading
+    refuses without a config).
 
     ``state_dict`` replaces ``model.state_dict()`` (e.g. the full weights gathered from a sharded model).
     """
-    directory = make_directory(directory, "save_pretrained:")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        make_directory(directory, "save_pretrained:")  # the error naming the file
     state_dict = model.state_dict() if state_dict is None else state_dict
     state = {name: t.detach().contiguous().cpu() for name, t in state_dict.items()}
-    atomic_write(directory / WEIGHTS_NAME, lambda path: save_file(state, str(path)))
-    atomic_write_text(directory / CONFIG_NAME, model.config.to_json())
+
+    def write(folder: Path) -> None:
+        atomic_write(folder / WEIGHTS_NAME, lambda path: save_file(state, str(path)))
+        atomic_write_text(folder / CONFIG_NAME, model.config.to_json())
+
+    if directory.is_dir() and not any((directory / name).exists() for name in (CONFIG_NAME, WEIGHTS_NAME)):
+        write(directory)  # a folder without a model (a checkpoint being written): nothing to mix with
+    else:
+        atomic_directory(directory, write)
 
 
 def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:

@@ -21,8 +21,7 @@ from .config import ModelConfig
 from .generation import generate
 from .io import load_pretrained, save_pretrained
 from .loss import token_cross_entropy
-
-_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
+from .token_ids import INTEGER_DTYPES, as_index
 
 
 class SwiGLU(nn.Module):
@@ -110,7 +109,7 @@ class TransformerLM(nn.Module):
     def hidden_states(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Final normalised hidden states (B, S, d_model), before the output head."""
         self._check_shape(input_ids)
-        x = self.dropout(self.embed(input_ids))
+        x = self.dropout(self.embed(as_index(input_ids)))
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
         return self.norm(x)
@@ -130,8 +129,11 @@ class TransformerLM(nn.Module):
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"TransformerLM: input_ids shape = {shape}; expected a 2-d (batch, seq) tensor")
-        if input_ids.dtype not in _INTEGER_DTYPES:
-            raise ValueError(f"TransformerLM: input_ids.dtype = {input_ids.dtype}; expected an integer dtype")
+        if input_ids.dtype not in INTEGER_DTYPES:
+            raise ValueError(
+                f"TransformerLM: input_ids.dtype = {input_ids.dtype}; expected an integer dtype of token ids "
+                f"({', '.join(str(d).removeprefix('torch.') for d in INTEGER_DTYPES)})"
+            )
         if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
             raise ValueError(
                 f"TransformerLM: input_ids shape = {tuple(input_ids.shape)}; expected at least one sequence "
@@ -173,7 +175,7 @@ class TransformerLM(nn.Module):
         return generate(self, input_ids, max_new_tokens, temperature, top_k, use_cache, generator)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """Write config.json and model.safetensors, each atomically (temp file, then rename)."""
+        """Write config.json and model.safetensors atomically as a pair (``models.io.save_pretrained``)."""
         save_pretrained(self, directory)
 
     @classmethod

@@ -18,6 +18,14 @@ from ..utils.dataclass_io import dataclass_from_dict, split_version
 
 VERSION = 5
 DEVICE_TYPES = ("cpu", "cuda")
+SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take a signed 64-bit integer
+
+
+def check_seed(value, what: str):
+    """``value`` if it is a seed (an integer in [0, 2**63)), else a ValueError naming ``what`` (a field or flag)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{what} = {value!r}; expected an integer seed in [0, 2**63)")
+    return value
 
 
 def migrate(data: dict) -> dict:
@@ -101,7 +109,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
-        for name in ("warmup_steps", "eval_every", "seed"):
+        check_seed(self.seed, "TrainConfig.seed")
+        for name in ("warmup_steps", "eval_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data import make_task
+from ..data import make_task, recorded_task_args
 from ..models import TransformerLM
 from ..utils.provenance import git_commit
 from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
@@ -51,7 +51,9 @@ def evaluate_checkpoint(
         raise ValueError(f"{path} has no training config to take the task from; pass --task")
     # The run's own task keeps the run's arguments; another task (or a model without a run) takes its defaults.
     own_task = task_name == train_config.get("task")
-    the_task = make_task(task_name, **(train_config.get("task_args", {}) if own_task else {}))
+    the_task = make_task(
+        task_name, **(recorded_task_args(task_name, train_config["task_args"], path) if own_task else {})
+    )
     length = length or train_config.get("length")
     if data is None and length is None:
         raise ValueError(f"{path} has no training config to take the sequence length from; pass --length")

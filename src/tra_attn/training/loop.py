@@ -51,7 +51,9 @@ ONE_PROCESS = Processes()
 
 
 def batch_seed(seed: int, step: int) -> int:
-    return seed * 1_000_003 + step
+    """The seed of step ``step``'s batch, in [0, 2**63) for every seed there (the same as without the modulo
+    for every seed below 9e12, so older runs keep their batches)."""
+    return (seed * 1_000_003 + step) % (1 << 63)
 
 
 def training_batch(task: Task, config: TrainConfig, step: int) -> TaskBatch:

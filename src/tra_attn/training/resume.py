@@ -7,8 +7,15 @@ from pathlib import Path
 
 import torch
 
+from ..data import absolute_task_args, recorded_task_args
 from ..models import TransformerLM
-from .checkpoint import latest_checkpoint, list_checkpoints, load_train_state, remove_interrupted_writes
+from .checkpoint import (
+    TRAIN_STATE_NAME,
+    latest_checkpoint,
+    list_checkpoints,
+    load_train_state,
+    remove_interrupted_writes,
+)
 from .config import TrainConfig
 from .distributed import Processes
 from .optim import build_optimizer
@@ -29,7 +36,11 @@ def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str
 
 def _check_resumable(checkpoint: Path, saved: dict, config: TrainConfig, step: int) -> None:
     """Same config, or the same one with more ``steps`` (extending a run, stated explicitly)."""
-    differences = config_differences(TrainConfig.from_dict(saved).to_dict(), config.to_dict())
+    saved, current = TrainConfig.from_dict(saved).to_dict(), config.to_dict()
+    # Paths compare as absolute ones: older runs (and the Python API) may hold them relative.
+    saved["task_args"] = recorded_task_args(saved["task"], saved["task_args"], checkpoint)
+    current["task_args"] = absolute_task_args(current["task"], current["task_args"])
+    differences = config_differences(saved, current)
     if differences == ["steps"] and config.steps > step:
         print(
             f"--resume: changing the run's length from {saved['steps']} to {config.steps} steps (the learning-rate "
@@ -44,12 +55,24 @@ def _check_resumable(checkpoint: Path, saved: dict, config: TrainConfig, step: i
         )
 
 
+def check_step(checkpoint: Path, step) -> None:
+    """A ValueError unless the training state's ``step`` is the one the folder's name (step_0000040) says:
+    a checkpoint copied or renamed by hand would otherwise resume at another step than the one it claims."""
+    named = int(checkpoint.name.removeprefix("step_"))
+    if not isinstance(step, int) or isinstance(step, bool) or step != named:
+        raise ValueError(
+            f"checkpoint {checkpoint}: {TRAIN_STATE_NAME} holds step = {step!r}; expected {named}, the step its "
+            "folder is named for (a checkpoint renamed or copied over another?)"
+        )
+
+
 def _load_latest(run_dir: Path, checkpoint: Path, device: str):
     """(train config dict, train state, model) of the latest checkpoint; if it cannot be loaded, the
     error names the newest earlier checkpoint that can, and how to resume from it."""
 
     def load(path: Path):
         saved, state = load_train_state(path)
+        check_step(path, state["step"])
         return saved, state, TransformerLM.from_pretrained(path, device=device)
 
     try:

@@ -22,9 +22,10 @@ _ERRNO_NUMBER = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
 _STRERROR = re.compile(r"strerror: ([^.\n]+)")
 _BY_STRERROR = {os.strerror(code): code for code in errno.errorcode}
 # Errors only a write meets, and the hidden temporary names of files and folders written beside their target
-# and renamed over it (utils/atomic.py, checkpoints, converted models): ".NAME.<8 random characters>[.tmp]".
+# and renamed over it: ".NAME.PID@HOST.RANDOM.tmp" (utils/atomic.py: files, saved models) or
+# ".NAME.<8 random characters>" (checkpoint folders).
 _WRITE_ONLY = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_TEMPORARY = re.compile(r"^\.(.+)\.[a-z0-9_]{8}(?:\.tmp)?$")
+_TEMPORARY = re.compile(r"^\.(.+?)\.\d+@[A-Za-z0-9-]+\.[A-Za-z0-9_]+\.(?:tmp|old)$|^\.(.+)\.[a-z0-9_]{8}(?:\.tmp)?$")
 
 
 class WriteFailed(OSError):
@@ -84,6 +85,6 @@ def describe(err: OSError) -> str:
         return str(err) if isinstance(err, WriteFailed) else reason
     path = Path(os.fspath(err.filename))
     if temporary := _TEMPORARY.match(path.name):  # name the file being written, not its temporary copy
-        return f"writing {path.with_name(temporary.group(1))}: {reason}"
+        return f"writing {path.with_name(temporary.group(1) or temporary.group(2))}: {reason}"
     paths = f"{path} -> {os.fspath(err.filename2)}" if err.filename2 else str(path)
     return f"writing {paths}: {reason}" if err.errno in _WRITE_ONLY else f"{paths}: {reason}"

@@ -126,7 +126,8 @@ class FlipFlop(Task):
 
 
 def encode(line: str) -> torch.Tensor:
-    """'w1i0r1' -> token ids, validating the format: (instruction, bit) pairs that start with a write."""
+    """'w1i0r1' -> token ids, validating the format ((instruction, bit) pairs that start with a write) and
+    that every read gives the last written bit."""
     text = line.strip()
     bad = sorted(set(text) - set(CHARS))
     if not text or bad or len(text) % 2:
@@ -139,7 +140,23 @@ def encode(line: str) -> torch.Tensor:
         raise ValueError(f"flip-flop: malformed sequence {text[:40]!r}; expected instruction/bit pairs")
     if instructions[0] != "w":
         raise ValueError(f"flip-flop: sequence {text[:40]!r} starts with {instructions[0]!r}; expected a write 'w'")
+    check_reads(text)
     return torch.tensor([_CHAR_TO_ID[c] for c in text])
+
+
+def check_reads(text: str) -> None:
+    """A ValueError at the first read whose bit is not the most recently written one: the task's answers
+    are determined, and a file that contradicts them would score a model against wrong labels."""
+    written = None
+    for position in range(0, len(text), 2):
+        instruction, bit = text[position], text[position + 1]
+        if instruction == "w":
+            written, write_position = bit, position
+        elif instruction == "r" and bit != written:
+            raise ValueError(
+                f"flip-flop: sequence {text[:40]!r}: the read at token {position} gives {bit!r}; expected "
+                f"{written!r}, the bit written at token {write_position}"
+            )
 
 
 def decode(tokens: torch.Tensor) -> str:

@@ -81,6 +81,13 @@ class LanguageModelling(Task):
                 f"(held-out text) or a benchmark ({sorted(BENCHMARKS)})"
             )
 
+    @classmethod
+    def path_arguments(cls, args: dict) -> list[str]:
+        """validation_text and data_dir when given, and corpus unless it names a benchmark."""
+        names = [name for name in ("validation_text", "data_dir") if isinstance(args.get(name), str) and args[name]]
+        corpus = args.get("corpus")
+        return names + (["corpus"] if isinstance(corpus, str) and corpus and corpus not in BENCHMARKS else [])
+
     @property
     def vocab_size(self) -> int:
         return _tokenizer(self.tokenizer).vocab_size

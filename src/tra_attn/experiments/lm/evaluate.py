@@ -14,7 +14,7 @@ import resource
 import numpy as np
 import torch
 
-from ...data import make_task
+from ...data import make_task, recorded_task_args
 from ...data.text.windows import eval_batch, eval_windows
 from ...metrics.accuracy import eval_batch_size
 from ...metrics.perplexity import summarize
@@ -93,7 +93,7 @@ def evaluate_lm(
         raise ValueError(f"--stride = {stride}; expected an integer in [1, training length = {config.length}]")
     if not isinstance(buckets, int) or buckets <= 0:
         raise ValueError(f"--buckets = {buckets!r}; expected a positive integer")
-    task = make_task(config.task, **config.task_args)
+    task = make_task(config.task, **recorded_task_args(config.task, config.task_args, path))
     text = task.tokens("validation")
     if tokens is not None:
         if tokens < 2:
