@@ -301,3 +301,18 @@ def test_torchrun_workers_print_the_library_message_first_and_no_traceback_of_th
         assert re.search(lost, result.stderr, re.M), result.stderr[-3000:]
         assert not re.search(r'File ".*tra_attn', result.stderr), result.stderr[-3000:]
         assert not [p for p in (disk / "run" / "checkpoints").iterdir()]
+
+
+def test_a_short_write_of_the_token_cache_names_the_cache(tmp_path, monkeypatch):
+    """numpy reports a full disk as a short write without errno or path: the cache's write says what and where."""
+    from tra_attn.data.text import corpus
+
+    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 50)
+
+    def short_write(path, write):
+        raise OSError("883028 requested and 10240 written")  # what np.ndarray.tofile raises on a full disk
+
+    monkeypatch.setattr(corpus, "atomic_write", short_write)
+    with pytest.raises(WriteFailed, match=r"writing token cache .*\.bin: 883028 requested and 10240 written"):
+        corpus.tokenize_corpus(tmp_path / "corpus.txt", "byte", cache_dir=tmp_path / "cache", progress=False)
+    assert not list((tmp_path / "cache").glob("*.bin"))

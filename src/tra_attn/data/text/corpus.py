@@ -27,6 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...utils.atomic import atomic_write, atomic_write_text, make_directory, remove_stale_temps
+from ...utils.os_errors import writing
 from .tokenizers import DEFAULT_TOKENIZER, Tokenizer, make_tokenizer, token_dtype
 
 CACHE_ENV = "TRA_CACHE_DIR"
@@ -245,7 +246,8 @@ def _build(bin_path, root, files, entries, key, tokenizer, dtype, progress) -> d
         checksum.append(file_checksum(tmp))
 
     checksum: list[str] = []
-    atomic_write(bin_path, write)
+    with writing("token cache", bin_path):  # numpy's short write on a full disk names neither errno nor path
+        atomic_write(bin_path, write)
     documents = sum(1 for n in counts if n)
     length = sum(counts) + len(separator) * max(documents - 1, 0)
     return {
