@@ -164,6 +164,14 @@ for _row in (
         model={"tra_local_window": 4},
     ),
     Method(
+        "tra_local4_surrogate1",
+        "tra",
+        "tra_local4_surrogate1",
+        "#e7969c",
+        description="tra_local4 trained with the keep surrogate of temperature 1 (the two mechanisms together)",
+        model={"tra_local_window": 4, "tra_keep_surrogate": 1.0},
+    ),
+    Method(
         "tra_paperblock",
         "tra",
         "tra_paperblock",
