@@ -26,7 +26,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument(
         "--methods",
         nargs="+",
-        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/variants.py) to run "
+        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/methods.py) to run "
         f"(default: {methods})",
     )
     parser.add_argument("--seeds", type=parse_seed, nargs="+", help="seeds (default: the preset's)")
