@@ -52,12 +52,24 @@ def tra_naive(
     (ops/logit_dropout.py); the op contract is the p = 0 case. ``local_window`` and ``sliding_window``
     change the keep rule (``keep_mask``).
     """
+    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window)
+    return (softmax_weights(logits, keep, logit_dropout) @ v.to(logits.dtype)).to(q.dtype)
+
+
+def tra_logits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    log_gate: torch.Tensor,
+    scale: float,
+    threshold: float,
+    local_window: int = 0,
+    sliding_window: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(scores s_ij, keep mask, logits s_ij + g_i c_ij), materialised in the compute dtype (``compute_dtype``)."""
     cdt = compute_dtype(q.dtype)
-    qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
-    scores = scale * (qc @ kc.transpose(-1, -2))
+    scores = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
     keep, count = keep_and_count(scores, threshold, local_window, sliding_window)
-    logits = scores + gc[..., None] * count.to(cdt)
-    return (softmax_weights(logits, keep, logit_dropout) @ vc).to(q.dtype)
+    return scores, keep, scores + log_gate.to(cdt)[..., None] * count.to(cdt)
 
 
 def softmax_weights(logits: torch.Tensor, keep: torch.Tensor, logit_dropout: float) -> torch.Tensor:

@@ -20,8 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..masks import compute_dtype, masked_softmax, relative_distance
-from .naive import keep_and_count, reverse_cumsum
+from ..masks import masked_softmax, relative_distance
+from .naive import reverse_cumsum, tra_logits
 
 
 def tra_surrogate(
@@ -45,11 +45,9 @@ def tra_surrogate(
     the keep rule as in ``tra_naive``; a key kept by the local window, or outside the sliding window, has no
     keep decision to relax (its m is constant).
     """
-    cdt = compute_dtype(q.dtype)
-    qc, kc, vc, gc = q.to(cdt), k.to(cdt), v.to(cdt), log_gate.to(cdt)
-    scores = scale * (qc @ kc.transpose(-1, -2))
-    keep, count = keep_and_count(scores, threshold, local_window, sliding_window)
-    logits = scores + gc[..., None] * count.to(cdt)
+    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window)
+    cdt = logits.dtype
+    vc, gc = v.to(cdt), log_gate.to(cdt)
     drop = F.dropout(torch.ones_like(logits), logit_dropout, training=True) if logit_dropout else None
     # The dropped softmax of ops/masks.py (dropped_softmax), with the dropout factors kept for the relaxed form.
     exact = masked_softmax(logits if drop is None else torch.where(keep, logits, 0.0) * drop, keep) @ vc
