@@ -25,7 +25,7 @@ from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import describe, os_error
 from .checkpoints import add_convert_command, add_eval_command
-from .compare import add_compare_commands, add_report_command
+from .compare import add_compare_commands, add_report_command, add_scorecard_command
 from .lm import add_lm_command
 from .train import add_data_command, add_train_command
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lm_command(sub)
     add_convert_command(sub)
     add_report_command(sub)
+    add_scorecard_command(sub)
     return parser
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from ..experiments.engine import run_comparison
 from ..experiments.methods import VARIANTS
 from ..experiments.registry import experiments
+from ..experiments.scorecard import scorecard, scorecard_page
 from ..experiments.suite import run_suite, suite_tasks
+from ..utils.atomic import atomic_write_text
 from ..utils.cli_help import HelpFormatter
 from ..utils.jsonl import read_jsonl
 from .train import parse_seed
@@ -220,3 +222,44 @@ def add_report_command(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--markdown", type=Path, help="where to write the page (default: RESULTS/results.md)")
     rp.add_argument("--command", help="the command that produced the rows, shown on the page (default: run.json's)")
     rp.set_defaults(func=cmd_report)
+
+
+def cmd_scorecard(args) -> None:
+    columns, table, sources = scorecard(
+        args.candidates,
+        args.baseline,
+        args.text,
+        args.flipflop,
+        args.suite,
+        args.text_tolerance,
+        args.long_tolerance,
+        args.tasks,
+    )
+    notes = args.notes.read_text() if args.notes else ""
+    page = scorecard_page(columns, table, sources, args.command or "tra " + shlex.join(args.argv), notes)
+    if args.markdown:
+        atomic_write_text(args.markdown, page)
+    print(page)
+
+
+def add_scorecard_command(sub: argparse._SubParsersAction) -> None:
+    sc = sub.add_parser(
+        "scorecard",
+        help="check candidate configurations against every bar at once (text, flip-flop, the suite)",
+        description="Pool the rows of finished comparisons and check each candidate against a baseline: text "
+        "bits per byte near the baseline's, exact flip-flop, exact majority at the longest length, and suite tasks "
+        "fitted as often (experiments/scorecard.py).",
+        formatter_class=HelpFormatter,
+    )
+    sc.add_argument("--candidates", nargs="+", required=True, help="the methods to check (required)")
+    sc.add_argument("--baseline", default="fox", help="the method the bars are relative to")
+    sc.add_argument("--text", nargs="+", type=Path, default=[], help="folders of `tra compare lm` rows")
+    sc.add_argument("--flipflop", nargs="+", type=Path, default=[], help="folders of flip-flop comparison rows")
+    sc.add_argument("--suite", nargs="+", type=Path, default=[], help="suite folders (one sub-folder per task)")
+    sc.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every task folder)")
+    sc.add_argument("--text-tolerance", type=float, default=0.005, help="relative bits-per-byte gap allowed at 1x")
+    sc.add_argument("--long-tolerance", type=float, default=0.0, help="relative gap allowed at the longest length")
+    sc.add_argument("--notes", type=Path, help="Markdown appended as the discussion (default: none)")
+    sc.add_argument("--markdown", type=Path, help="write the page here (default: print only)")
+    sc.add_argument("--command", help="the command shown on the page (default: this one)")
+    sc.set_defaults(func=cmd_scorecard)
