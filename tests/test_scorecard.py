@@ -91,6 +91,7 @@ def test_pooling_takes_each_method_from_the_first_folder_and_refuses_other_budge
     write(longer, [dict(r, config=config("lm", steps=999)) for r in text_rows("new", 2, 2)])
     with pytest.raises(ValueError, match="different budgets"):
         pooled_rows([text, longer])
+    assert {r["method"] for r in pooled_rows([text, longer], methods=["fox"])[0]} == {"fox"}
     with pytest.raises(ValueError, match="missing or empty"):
         pooled_rows([tmp_path / "nothing"])
 

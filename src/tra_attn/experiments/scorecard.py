@@ -36,8 +36,9 @@ def budget(row: dict) -> tuple:
     return tuple(json.dumps(value, sort_keys=True) for value in fields)
 
 
-def pooled_rows(folders: list[Path]) -> tuple[list[dict], dict[str, Path]]:
-    """Every row of each method from the first folder holding that method, and where each method came from.
+def pooled_rows(folders: list[Path], methods=None) -> tuple[list[dict], dict[str, Path]]:
+    """Every row of each method (of ``methods``, default all) from the first folder holding that method, and
+    where each method came from.
 
     A ValueError names the folder when one has no rows, and the two methods when budgets differ.
     """
@@ -47,7 +48,7 @@ def pooled_rows(folders: list[Path]) -> tuple[list[dict], dict[str, Path]]:
         if not found:
             raise ValueError(f"{folder / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
         for method in dict.fromkeys(r["method"] for r in found):
-            if method not in source:
+            if method not in source and (methods is None or method in methods):
                 source[method] = folder
                 rows += [r for r in found if r["method"] == method]
     budgets = {}
@@ -119,9 +120,10 @@ def scorecard(
     baseline), and per comparison the folder each method's rows came from). ``tasks`` restricts the suite
     tasks (default: every task folder found)."""
     columns, checks = [], []  # checks: (column, function(method) -> (cell, passed or None))
+    methods = [baseline, *candidates]
     sources: dict[str, dict[str, Path]] = {}  # per comparison: method -> the folder its rows came from
     if text:
-        rows, sources["text"] = pooled_rows(list(text))
+        rows, sources["text"] = pooled_rows(list(text), methods)
 
         def text_check(method, rows=rows):
             gaps = text_gaps(rows, method, baseline)
@@ -134,7 +136,7 @@ def scorecard(
         columns.append(f"text bpb vs {label(baseline)}: 1x / longest")
         checks.append(text_check)
     if flipflop:
-        rows, sources["flip-flop"] = pooled_rows(list(flipflop))
+        rows, sources["flip-flop"] = pooled_rows(list(flipflop), methods)
 
         def flipflop_check(method, rows=rows):
             worst = worst_accuracy(rows, method)
@@ -148,7 +150,7 @@ def scorecard(
             if tasks is None or task_dir.name in tasks:
                 by_task[task_dir.name].append(task_dir)
     for task, folders in by_task.items():
-        rows, sources[task] = pooled_rows(folders)
+        rows, sources[task] = pooled_rows(folders, methods)
         if task == "majority":
             longest = max(r["length"] for r in rows if r["metric"] == "full_seq_acc")
 
@@ -169,7 +171,7 @@ def scorecard(
             columns.append(f"{task}: seeds fitted")
             checks.append(fit_check)
     table = []
-    for method in [baseline, *candidates]:
+    for method in methods:
         cells = [check(method) for check in checks]
         met = None if method == baseline else all(passed for _, passed in cells)
         table.append({"method": method, "cells": [c for c, _ in cells], "passed": [p for _, p in cells], "met": met})
