@@ -66,16 +66,16 @@ def test_scorecard_checks_every_bar(folders):
     columns, table, sources = scorecard(["good", "bad"], "fox", [text], [flipflop], [suite / "majority"],
                                         [suite / "mqar"])  # fmt: skip
     assert columns == [
-        "lm: bits per byte vs FoX, 1x / longest",
-        "flipflop: worst split, worst seed",
-        "majority at 512: worst seed",
-        "mqar: seeds fitted",
+        "lm, 100 steps: bits per byte vs FoX, 1x / longest",
+        "flipflop, 100 steps: worst split, worst seed",
+        "majority, 100 steps at 512: worst seed",
+        "mqar, 100 steps: seeds fitted",
     ]
     fox, good, bad = table
     assert fox["met"] is None and fox["cells"][3] == "1/2"
     assert good["met"] is True and good["cells"] == ["+0.40% / -0.50%", "0.995", "0.995", "2/2"]
     assert bad["passed"] == [False, False, False, False] and bad["met"] is False
-    assert sources["mqar: seeds fitted"]["good"] == suite / "mqar"
+    assert sources["mqar, 100 steps: seeds fitted"]["good"] == suite / "mqar"
     # a looser bar at the longest length lets a small gap there pass
     _, table, _ = scorecard(["bad"], "fox", [text], fits=[suite / "mqar"], text_tolerance=0.011, long_tolerance=0.02)
     assert table[1]["passed"] == [True, False]
@@ -105,3 +105,15 @@ def test_scorecard_command_writes_the_page(folders, tmp_path, capsys):
     written = page.read_text()
     assert "| good | +0.40% / -0.50% ✓ | 0.995 ✓ | 0.995 ✓ | 2/2 ✓ | **yes** |" in written
     assert "| bad |" in written and "Command: `tra scorecard --candidates good bad" in written
+
+
+def test_two_step_caps_of_one_task_are_two_columns(folders, tmp_path):
+    _, _, suite = folders
+    longer = tmp_path / "mqar_longer"
+    rows = accuracy_rows("mqar", "fox", {64: [1, 1]}, [50, 60]) + accuracy_rows(
+        "mqar", "good", {64: [1, 0]}, [50, None]
+    )
+    write(longer, [dict(r, config=config("mqar", steps=300)) for r in rows])
+    columns, table, _ = scorecard(["good"], "fox", fits=[suite / "mqar", longer])
+    assert columns == ["mqar, 100 steps: seeds fitted", "mqar, 300 steps: seeds fitted"]
+    assert table[1]["cells"] == ["2/2", "1/2"] and table[1]["passed"] == [True, False]

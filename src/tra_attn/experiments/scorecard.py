@@ -106,14 +106,15 @@ def fitted(rows: list[dict], method: str) -> tuple[int, int] | None:
     return None if not seeds else (sum(s is not None for s in seeds), len(seeds))
 
 
-def by_task(folders) -> dict[str, list[Path]]:
-    """Comparison folders grouped by the task of their rows, in the order given."""
+def by_comparison(folders) -> dict[str, list[Path]]:
+    """Comparison folders grouped by the task and step cap of their rows ("hierarchy, 1000 steps"), in order."""
     grouped: dict[str, list[Path]] = defaultdict(list)
     for folder in folders:
         rows = read_jsonl(Path(folder) / "results.jsonl")
         if not rows:
             raise ValueError(f"{Path(folder) / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
-        grouped[rows[0]["task"]].append(Path(folder))
+        steps = (rows[0].get("config") or {}).get("steps")
+        grouped[f"{rows[0]['task']}, {steps} steps"].append(Path(folder))
     return grouped
 
 
@@ -130,7 +131,7 @@ def scorecard(
     """(column names, one dict per method: cells, bars passed and ``met`` (every bar met; None for the
     baseline), and per column the folder each method's rows came from).
 
-    Each bar takes comparison folders, grouped by task (one column per task): ``text`` (bits per byte near
+    Each bar takes comparison folders, grouped by task and step cap (one column each): ``text`` (bits per byte near
     the baseline's), ``exact`` (every test split exact in every seed), ``exact_longest`` (exact at the
     longest length in every seed), ``fits`` (fitted in at least as many seeds as the baseline).
     """
@@ -165,7 +166,7 @@ def scorecard(
         return check
 
     for bar, folders in (("text", text), ("exact", exact), ("longest", exact_longest), ("fits", fits)):
-        for task, group in by_task(folders).items():
+        for task, group in by_comparison(folders).items():
             rows, found = pooled_rows(group, methods)
             if bar == "text":
                 column, check = f"{task}: bits per byte vs {label(baseline)}, 1x / longest", text_check(rows)
