@@ -127,7 +127,7 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             shifted = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-            if attention_mask is not None:  # checked by the model: no target in the padding
+            if attention_mask is not None:  # no target in the padding is scored (the model checked the mask)
                 segments = segment_ids_from(
                     *input_ids.shape, input_ids.device, key_padding_mask=attention_mask, check_values=False
                 )
