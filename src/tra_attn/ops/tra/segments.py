@@ -61,11 +61,16 @@ class StripPlan:
     Rows whose document starts right of the block keep none of its keys. The suffix minimum of the starts
     is non-decreasing, so the rows that can form a prefix, cut at ``rows_end``; with many documents a strip
     holds about one document's rows. A strip inside one document (its keys and rows share one id) needs no
-    mask.
+    mask. Under torch.compile nothing is read on the host (a graph break): every strip is walked and masked.
     """
 
     def __init__(self, segments: Segments, sq: int, sk: int, block: int, sliding_window: int):
         self.segments = segments
+        self.block = block
+        if torch.compiler.is_compiling():  # a host read would break the graph: skip nothing, mask every strip
+            blocks = len(range(0, sk, block))
+            self.first_key, self.rows_end, self.masked = 0, [sq] * blocks, [True] * blocks
+            return
         b, device = segments.keys.shape[0], segments.keys.device
         j0 = torch.arange(0, sk, block, device=device)
         j1 = (j0 + block).clamp(max=sk)
@@ -83,7 +88,6 @@ class StripPlan:
         self.first_key = int(reach[:, 0].min()) if sq and sk else 0
         self.rows_end = r1.tolist()
         self.masked = masked.tolist()
-        self.block = block
 
     def mask(self, r0: int, r1: int, j0: int, j1: int, dtype) -> torch.Tensor | None:
         """(B, 1, r1 - r0, j1 - j0) 0/1: row and key (reversed, as in the strip) share a document; None when
