@@ -49,7 +49,9 @@ def _splits(corpus: str, validation: str | None, tokenizer: str, data_dir: str |
     return {split: tokenize_corpus(source, _tokenizer(tokenizer)) for split, source in sources.items()}
 
 
-def _windows(tokens: np.ndarray, starts: np.ndarray, length: int, document_starts: np.ndarray | None = None):
+def _windows(
+    tokens: np.ndarray, starts: np.ndarray, length: int, document_starts: np.ndarray | None = None
+) -> TaskBatch:
     """Windows of ``length + 1`` tokens (``length`` inputs and their next tokens), every label scored; with
     ``document_starts``, packed: each token's document goes to the model as ``segment_ids`` and the first
     token of each document is no label (nothing of its document precedes it)."""
