@@ -50,6 +50,8 @@ TASK_FLAGS = {
 def cmd_train(args) -> None:
     """`tra train --task lm`, with the lm task's parameters as first-class flags."""
     given = [(name, str(getattr(args, dest))) for dest, name in TASK_FLAGS.items() if getattr(args, dest) is not None]
+    if args.lm_pack:  # recorded only when given, so runs without it keep their task_args
+        given.append(("pack", True))
     args.task = "lm"
     args.task_arg = given + (args.task_arg or [])
     train_command(args)
@@ -95,6 +97,13 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         dest="lm_validation_text",
         type=Path,
         help="held-out text when --corpus is a path (default: none)",
+    )
+    tp.add_argument(
+        "--pack",
+        dest="lm_pack",
+        action="store_true",
+        help="train on packed documents: windows carry each token's document, no token attends to another "
+        "document and none predicts across a boundary (validation reads the text as one stream either way)",
     )
     add_train_flags(tp)
     tp.set_defaults(func=cmd_train)

@@ -35,7 +35,14 @@ from .tokenizers import (
     register_tokenizer,
     token_dtype,
 )
-from .windows import EvalWindow, batch_from_windows, eval_batch, eval_windows, train_window_starts
+from .windows import (
+    EvalWindow,
+    batch_from_windows,
+    eval_batch,
+    eval_windows,
+    train_window_starts,
+    window_segments,
+)
 
 __all__ = [
     "LanguageModelling",
@@ -70,4 +77,5 @@ __all__ = [
     "tokenize_corpus",
     "train_window_starts",
     "wikitext103_files",
+    "window_segments",
 ]

@@ -12,6 +12,7 @@ Nothing here touches the network except ``download_wikitext103``, which nothing 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import importlib.util
@@ -57,6 +58,24 @@ class TokenArray:
     def __len__(self) -> int:
         """The number of tokens."""
         return len(self.tokens)
+
+    @functools.cached_property  # computed once per array (a frozen dataclass's __dict__ still takes it)
+    def document_starts(self) -> np.ndarray:
+        """Offsets (int64, from 0, increasing) of the corpus's documents in ``tokens``, from the sidecar's
+        token count of each file: document k runs up to the next start and includes the separator that
+        follows it (an end-of-document token, as GPT-2 trains with ``<|endoftext|>``). The sidecar, not a
+        search for the separator, because the byte tokenizer's separator, a newline, is also text."""
+        counts = [entry.get("tokens") for entry in self.meta.get("files", [])]
+        separator = self.meta.get("tokenizer", {}).get("separator")
+        sizes = [n for n in counts if n]  # empty files are skipped, with no separator
+        ok = all(isinstance(n, int) and n >= 0 for n in counts) and isinstance(separator, list)
+        if not ok or not sizes or sum(sizes) + len(separator) * (len(sizes) - 1) != len(self):
+            raise ValueError(
+                f"token cache {self.path}: its sidecar's per-file token counts {counts[:4]} and separator "
+                f"{separator} do not add up to its {len(self)} tokens; expected a sidecar written by this "
+                f"version of tra (delete {self.path.with_suffix('.json')} to rebuild it)"
+            )
+        return np.concatenate([[0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) + len(separator))])
 
 
 def resolve_cache_dir(path: str | os.PathLike | None = None) -> Path:
