@@ -63,10 +63,11 @@ def folders(tmp_path):
 
 def test_scorecard_checks_every_bar(folders):
     text, flipflop, suite = folders
-    columns, table, sources = scorecard(["good", "bad"], "fox", [text], [flipflop], [suite])
+    columns, table, sources = scorecard(["good", "bad"], "fox", [text], [flipflop], [suite / "majority"],
+                                        [suite / "mqar"])  # fmt: skip
     assert columns == [
-        "text bpb vs FoX: 1x / longest",
-        "flip-flop: worst split, worst seed",
+        "lm: bits per byte vs FoX, 1x / longest",
+        "flipflop: worst split, worst seed",
         "majority at 512: worst seed",
         "mqar: seeds fitted",
     ]
@@ -74,10 +75,9 @@ def test_scorecard_checks_every_bar(folders):
     assert fox["met"] is None and fox["cells"][3] == "1/2"
     assert good["met"] is True and good["cells"] == ["+0.40% / -0.50%", "0.995", "0.995", "2/2"]
     assert bad["passed"] == [False, False, False, False] and bad["met"] is False
-    assert sources["mqar"]["good"] == suite / "mqar"
-    # a looser bar at the longest length lets a small gap there pass; tasks filter the suite
-    _, table, _ = scorecard(["bad"], "fox", [text], [], [suite], text_tolerance=0.011, long_tolerance=0.02,
-                            tasks=["mqar"])  # fmt: skip
+    assert sources["mqar: seeds fitted"]["good"] == suite / "mqar"
+    # a looser bar at the longest length lets a small gap there pass
+    _, table, _ = scorecard(["bad"], "fox", [text], fits=[suite / "mqar"], text_tolerance=0.011, long_tolerance=0.02)
     assert table[1]["passed"] == [True, False]
 
 
@@ -91,6 +91,7 @@ def test_pooling_takes_each_method_from_the_first_folder_and_refuses_other_budge
     write(longer, [dict(r, config=config("lm", steps=999)) for r in text_rows("new", 2, 2)])
     with pytest.raises(ValueError, match="different budgets"):
         pooled_rows([text, longer])
+    assert {r["method"] for r in pooled_rows([text, longer], methods=["fox"])[0]} == {"fox"}
     with pytest.raises(ValueError, match="missing or empty"):
         pooled_rows([tmp_path / "nothing"])
 
@@ -98,8 +99,9 @@ def test_pooling_takes_each_method_from_the_first_folder_and_refuses_other_budge
 def test_scorecard_command_writes_the_page(folders, tmp_path, capsys):
     text, flipflop, suite = folders
     page = tmp_path / "page.md"
-    argv = ["scorecard", "--candidates", "good", "bad", "--text", str(text), "--flipflop", str(flipflop)]
-    assert main([*argv, "--suite", str(suite), "--markdown", str(page)]) == 0
+    argv = ["scorecard", "--candidates", "good", "bad", "--text", str(text), "--exact", str(flipflop)]
+    argv += ["--exact-longest", str(suite / "majority"), "--fits", str(suite / "mqar"), "--markdown", str(page)]
+    assert main(argv) == 0
     written = page.read_text()
     assert "| good | +0.40% / -0.50% ✓ | 0.995 ✓ | 0.995 ✓ | 2/2 ✓ | **yes** |" in written
     assert "| bad |" in written and "Command: `tra scorecard --candidates good bad" in written

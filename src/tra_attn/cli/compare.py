@@ -229,11 +229,11 @@ def cmd_scorecard(args) -> None:
         args.candidates,
         args.baseline,
         args.text,
-        args.flipflop,
-        args.suite,
+        args.exact,
+        args.exact_longest,
+        args.fits,
         args.text_tolerance,
         args.long_tolerance,
-        args.tasks,
     )
     notes = args.notes.read_text() if args.notes else ""
     page = scorecard_page(columns, table, sources, args.command or "tra " + shlex.join(args.argv), notes)
@@ -245,18 +245,19 @@ def cmd_scorecard(args) -> None:
 def add_scorecard_command(sub: argparse._SubParsersAction) -> None:
     sc = sub.add_parser(
         "scorecard",
-        help="check candidate configurations against every bar at once (text, flip-flop, the suite)",
-        description="Pool the rows of finished comparisons and check each candidate against a baseline: text "
-        "bits per byte near the baseline's, exact flip-flop, exact majority at the longest length, and suite tasks "
-        "fitted as often (experiments/scorecard.py).",
+        help="check candidate configurations against several bars at once (text, exactness, fitting)",
+        description="Pool the rows of finished comparisons (one column per task and bar) and check each candidate "
+        "against a baseline: text bits per byte near the baseline's, exact on every split, exact at the longest "
+        "length, fitted as often (experiments/scorecard.py).",
         formatter_class=HelpFormatter,
     )
+    folders = {"nargs": "+", "type": Path, "default": []}
     sc.add_argument("--candidates", nargs="+", required=True, help="the methods to check (required)")
     sc.add_argument("--baseline", default="fox", help="the method the bars are relative to")
-    sc.add_argument("--text", nargs="+", type=Path, default=[], help="folders of `tra compare lm` rows")
-    sc.add_argument("--flipflop", nargs="+", type=Path, default=[], help="folders of flip-flop comparison rows")
-    sc.add_argument("--suite", nargs="+", type=Path, default=[], help="suite folders (one sub-folder per task)")
-    sc.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every task folder)")
+    sc.add_argument("--text", **folders, help="folders of `tra compare lm` rows: bits per byte near the baseline's")
+    sc.add_argument("--exact", **folders, help="folders whose every test split must be exact in every seed")
+    sc.add_argument("--exact-longest", **folders, help="folders that must be exact at their longest length")
+    sc.add_argument("--fits", **folders, help="folders of runs trained to fit: fitted in as many seeds as the baseline")
     sc.add_argument("--text-tolerance", type=float, default=0.005, help="relative bits-per-byte gap allowed at 1x")
     sc.add_argument("--long-tolerance", type=float, default=0.0, help="relative gap allowed at the longest length")
     sc.add_argument("--notes", type=Path, help="Markdown appended as the discussion (default: none)")

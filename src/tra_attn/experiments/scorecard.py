@@ -1,14 +1,14 @@
-"""One table across comparisons: does a configuration meet every bar at once (text, flip-flop, the suite)?
+"""One table across comparisons: does a configuration meet every bar at once (text, exactness, fitting)?
 
-Reads the rows of finished comparisons (text: ``tra compare lm``; flip-flop; suite task folders), pools them
-per task (a method's rows come from the first folder that has it; every pooled method of a task must share
-the training budget), and checks each candidate configuration against a baseline:
+Reads the rows of finished comparisons, pools them per task (a method's rows come from the first folder
+that has it; every pooled method of a task must share the training budget), and checks each candidate
+configuration against a baseline, one column per task and bar:
 
 - text: mean bits per byte within ``text_tolerance`` of the baseline at 1x (relative), and within
   ``long_tolerance`` at the longest length (default 0: no worse than the baseline there);
-- flip-flop: full-sequence accuracy >= ``exact`` on every split in every seed;
-- majority: full-sequence accuracy >= ``exact`` at the longest length in every seed;
-- MQAR and hierarchy (any other suite task): fitted in at least as many seeds as the baseline.
+- exact: full-sequence accuracy >= 0.99 on every test split in every seed;
+- exact at the longest length: full-sequence accuracy >= 0.99 at the longest length in every seed;
+- fits: trained to fit, fitted in at least as many seeds as the baseline.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def budget(row: dict) -> tuple:
     return tuple(json.dumps(value, sort_keys=True) for value in fields)
 
 
-def pooled_rows(folders: list[Path]) -> tuple[list[dict], dict[str, Path]]:
-    """Every row of each method from the first folder holding that method, and where each method came from.
+def pooled_rows(folders: list[Path], methods=None) -> tuple[list[dict], dict[str, Path]]:
+    """Every row of each method (of ``methods``, default all) from the first folder holding that method, and
+    where each method came from.
 
     A ValueError names the folder when one has no rows, and the two methods when budgets differ.
     """
@@ -47,7 +48,7 @@ def pooled_rows(folders: list[Path]) -> tuple[list[dict], dict[str, Path]]:
         if not found:
             raise ValueError(f"{folder / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
         for method in dict.fromkeys(r["method"] for r in found):
-            if method not in source:
+            if method not in source and (methods is None or method in methods):
                 source[method] = folder
                 rows += [r for r in found if r["method"] == method]
     budgets = {}
@@ -105,71 +106,81 @@ def fitted(rows: list[dict], method: str) -> tuple[int, int] | None:
     return None if not seeds else (sum(s is not None for s in seeds), len(seeds))
 
 
+def by_task(folders) -> dict[str, list[Path]]:
+    """Comparison folders grouped by the task of their rows, in the order given."""
+    grouped: dict[str, list[Path]] = defaultdict(list)
+    for folder in folders:
+        rows = read_jsonl(Path(folder) / "results.jsonl")
+        if not rows:
+            raise ValueError(f"{Path(folder) / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
+        grouped[rows[0]["task"]].append(Path(folder))
+    return grouped
+
+
 def scorecard(
     candidates: list[str],
     baseline: str,
-    text: list[Path] = (),
-    flipflop: list[Path] = (),
-    suite: list[Path] = (),
+    text=(),
+    exact=(),
+    exact_longest=(),
+    fits=(),
     text_tolerance: float = 0.005,
     long_tolerance: float = 0.0,
-    tasks: list[str] | None = None,
 ) -> tuple[list[str], list[dict], dict[str, dict[str, Path]]]:
     """(column names, one dict per method: cells, bars passed and ``met`` (every bar met; None for the
-    baseline), and per comparison the folder each method's rows came from). ``tasks`` restricts the suite
-    tasks (default: every task folder found)."""
-    columns, checks = [], []  # checks: (column, function(method) -> (cell, passed or None))
-    sources: dict[str, dict[str, Path]] = {}  # per comparison: method -> the folder its rows came from
-    if text:
-        rows, sources["text"] = pooled_rows(list(text))
+    baseline), and per column the folder each method's rows came from).
 
-        def text_check(method, rows=rows):
+    Each bar takes comparison folders, grouped by task (one column per task): ``text`` (bits per byte near
+    the baseline's), ``exact`` (every test split exact in every seed), ``exact_longest`` (exact at the
+    longest length in every seed), ``fits`` (fitted in at least as many seeds as the baseline).
+    """
+    methods = [baseline, *candidates]
+    columns, checks = [], []  # checks[i](method) -> (cell, passed; None: no rows)
+    sources: dict[str, dict[str, Path]] = {}
+
+    def text_check(rows):
+        def check(method):
             gaps = text_gaps(rows, method, baseline)
             if not gaps:
                 return "n/a", None
-            short, long = min(gaps), max(gaps)
-            cell = f"{100 * gaps[short]:+.2f}% / {100 * gaps[long]:+.2f}%"
-            return cell, gaps[short] <= text_tolerance and gaps[long] <= long_tolerance
+            short, long = gaps[min(gaps)], gaps[max(gaps)]
+            return f"{100 * short:+.2f}% / {100 * long:+.2f}%", short <= text_tolerance and long <= long_tolerance
 
-        columns.append(f"text bpb vs {label(baseline)}: 1x / longest")
-        checks.append(text_check)
-    if flipflop:
-        rows, sources["flip-flop"] = pooled_rows(list(flipflop))
+        return check
 
-        def flipflop_check(method, rows=rows):
-            worst = worst_accuracy(rows, method)
+    def exact_check(rows, length=None):
+        def check(method):
+            worst = worst_accuracy(rows, method, length)
             return ("n/a", None) if worst is None else (f"{worst:.3f}", worst >= EXACT)
 
-        columns.append("flip-flop: worst split, worst seed")
-        checks.append(flipflop_check)
-    by_task: dict[str, list[Path]] = defaultdict(list)
-    for folder in suite:
-        for task_dir in sorted(p for p in Path(folder).iterdir() if (p / "results.jsonl").is_file()):
-            if tasks is None or task_dir.name in tasks:
-                by_task[task_dir.name].append(task_dir)
-    for task, folders in by_task.items():
-        rows, sources[task] = pooled_rows(folders)
-        if task == "majority":
-            longest = max(r["length"] for r in rows if r["metric"] == "full_seq_acc")
+        return check
 
-            def majority_check(method, rows=rows, longest=longest):
-                worst = worst_accuracy(rows, method, longest)
-                return ("n/a", None) if worst is None else (f"{worst:.3f}", worst >= EXACT)
+    def fit_check(rows):
+        def check(method):
+            mine, theirs = fitted(rows, method), fitted(rows, baseline)
+            if mine is None:
+                return "n/a", None
+            return f"{mine[0]}/{mine[1]}", theirs is not None and mine[0] >= theirs[0]
 
-            columns.append(f"majority at {longest}: worst seed")
-            checks.append(majority_check)
-        else:
+        return check
 
-            def fit_check(method, rows=rows):
-                mine, theirs = fitted(rows, method), fitted(rows, baseline)
-                if mine is None:
-                    return "n/a", None
-                return f"{mine[0]}/{mine[1]}", theirs is not None and mine[0] >= theirs[0]
-
-            columns.append(f"{task}: seeds fitted")
-            checks.append(fit_check)
+    for bar, folders in (("text", text), ("exact", exact), ("longest", exact_longest), ("fits", fits)):
+        for task, group in by_task(folders).items():
+            rows, found = pooled_rows(group, methods)
+            if bar == "text":
+                column, check = f"{task}: bits per byte vs {label(baseline)}, 1x / longest", text_check(rows)
+            elif bar == "exact":
+                column, check = f"{task}: worst split, worst seed", exact_check(rows)
+            elif bar == "longest":
+                longest = max(r["length"] for r in rows if r["metric"] == "full_seq_acc")
+                column, check = f"{task} at {longest}: worst seed", exact_check(rows, longest)
+            else:
+                column, check = f"{task}: seeds fitted", fit_check(rows)
+            columns.append(column)
+            checks.append(check)
+            sources[column] = found
     table = []
-    for method in [baseline, *candidates]:
+    for method in methods:
         cells = [check(method) for check in checks]
         met = None if method == baseline else all(passed for _, passed in cells)
         table.append({"method": method, "cells": [c for c, _ in cells], "passed": [p for _, p in cells], "met": met})
@@ -194,7 +205,7 @@ def scorecard_page(columns, table, sources, command: str, notes: str = "") -> st
     lines = ["# One configuration against every bar", "", f"Command: `{command}`  ", ""]
     lines += [__doc__.split("\n\n", 1)[1].strip(), ""]
     lines += scorecard_markdown(columns, table)
-    lines += ["", "## Sources", "", "| comparison | method | rows from |", "|---|---|---|"]
+    lines += ["", "## Sources", "", "| column | method | rows from |", "|---|---|---|"]
     for comparison, methods in sources.items():
         for method in [e["method"] for e in table]:
             if method in methods:
