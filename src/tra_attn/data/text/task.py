@@ -64,8 +64,8 @@ class LanguageModelling(Task):
     data_dir: str | None = field(
         default=None,
         metadata={
-            "help": "folder of the benchmark's files (default: austen's ship with the package; wikitext103's "
-            "come from the datasets package)"
+            "help": "folder of the benchmark's files (default: austen's files ship with the package; "
+            "wikitext103's come through the datasets package)"
         },
     )
 
