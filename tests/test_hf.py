@@ -4,6 +4,7 @@ gets clear errors. Skipped without ``transformers`` (the ``[hf]`` extra; CI inst
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -229,3 +230,42 @@ def test_the_readme_hugging_face_example_runs(tmp_path, monkeypatch):
     TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained("lm")
     to_hf("lm", "my_model_hf")  # what the README's `tra convert` line makes
     exec(compile(block, "README.md", "exec"), {})
+
+
+def test_a_converted_folder_loads_without_importing_tra_attn_through_trust_remote_code(tmp_path):
+    """The folder's auto_map names remote_code.py (the installed package's classes): a process that never
+    imports tra_attn, as lm-eval's, loads model and tokenizer with trust_remote_code=True."""
+    model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    torch.save(model(torch.arange(8)[None]), tmp_path / "logits.pt")
+    code = f"""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        folder = {str(tmp_path / "hf")!r}
+        try:
+            AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)  # as lm-eval's default
+        except ValueError as err:
+            assert "trust_remote_code=True" in str(err), err
+        else:
+            raise AssertionError("loaded without trust_remote_code")
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        assert torch.equal(model(torch.arange(8)[None]).logits, torch.load({str(tmp_path / "logits.pt")!r}))
+        assert tokenizer("a\\nb").input_ids == [97, 10, 98]
+        from tra_attn.hf import TRAByteTokenizer, TRAForCausalLM  # already imported by remote_code.py
+
+        print(isinstance(model, TRAForCausalLM), isinstance(tokenizer, TRAByteTokenizer))
+    """
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home")}  # where transformers copies remote_code.py
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    last = result.stdout.splitlines()[-1].split()
+    assert last == ["True", "True"], result.stdout
+
+
+def test_the_byte_tokenizer_names_the_document_separator_as_bos_and_eos_yet_decodes_every_newline():
+    tokenizer = hf_tokenizer("byte")
+    assert tokenizer.bos_token_id == tokenizer.eos_token_id == make_tokenizer("byte").separator[0] == 10
+    assert tokenizer.decode([97, 10, 98], skip_special_tokens=True) == "a\nb"
+    assert tokenizer("a\nb").input_ids == [97, 10, 98]  # nothing added around a text

@@ -61,6 +61,10 @@ class Task:
         """``num`` sequences of ``length`` tokens; the same arguments always give the same batch."""
         raise NotImplementedError
 
+    def check_data(self) -> None:
+        """A ValueError if data the task reads are missing, so commands fail before creating any output;
+        generated tasks read none."""
+
     def tokenizer_description(self) -> dict | None:
         """The text tokenizer behind the task's ids (saved with the model), or None for a task vocabulary."""
         return None

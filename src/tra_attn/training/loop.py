@@ -218,6 +218,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     saved_config = config.to_dict()  # what the run records: the device as given ('cuda'), for any world size
     config = dataclasses.replace(config, device=processes.device(config.device))
     main = processes.is_main
+    task = config.task_instance()
+    task.check_data()  # before the run directory exists: a missing corpus leaves nothing behind
     run_dir = make_directory(run_dir, "run directory")
     model, optimizer, start, seconds_before, fit_step = restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
@@ -228,7 +230,6 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     if main:
         with writing("training config", run_dir / TRAIN_CONFIG_NAME):
             atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(saved_config, indent=2, sort_keys=True))
-    task = config.task_instance()
     validator = Validator(model, config, task, metrics_fn or task.metrics, processes, fsdp)
     step_model = _step_model(model, config, processes, fsdp)
     checkpointer = Checkpointer(run_dir, saved_config, model, optimizer, processes, fsdp, config.device, seconds, start)

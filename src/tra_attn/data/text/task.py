@@ -1,10 +1,10 @@
 """Language modelling as a task of the harness: windows of a tokenized corpus, every next token scored.
 
-``tra train --task lm --task-arg corpus=austen`` trains on the benchmark's train split and validates on
-its validation split; a corpus given as a path needs ``validation_text=PATH`` too. Training windows are a
-pure function of (seed, step), so resume stays exact. Evaluation (``tra eval``) scores the same
-validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping windows:
-loss, perplexity and bits per byte.
+``tra train --task lm --task-arg corpus=austen`` trains on the benchmark's train split (the novels ship with
+the package) and validates on its validation split; a corpus given as a path needs ``validation_text=PATH``
+too. Training windows are a pure function of (seed, step), so resume stays exact. Evaluation (``tra eval``)
+scores the same validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping
+windows: loss, perplexity and bits per byte.
 
 With ``pack=True`` (``tra lm train --pack``) training windows are packed documents: each window carries the
 document of every token (``segment_ids``, from the corpus's recorded document boundaries), so no token
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..task import EvalSplit, Task, TaskBatch, register_task
-from .corpus import BENCHMARKS, TokenArray, benchmark_files, tokenize_corpus
+from .corpus import BENCHMARKS, TokenArray, benchmark_files, corpus_files, tokenize_corpus
 from .tokenizers import TOKENIZERS, make_tokenizer
 from .windows import batch_from_windows, train_window_starts, window_segments
 
@@ -74,7 +74,13 @@ class LanguageModelling(Task):
     corpus: str = field(default="austen", metadata={"help": f"a benchmark ({', '.join(BENCHMARKS)}) or a text path"})
     validation_text: str | None = field(default=None, metadata={"help": "held-out text, when corpus is a path"})
     tokenizer: str = field(default="byte", metadata={"help": f"one of {', '.join(TOKENIZERS)}"})
-    data_dir: str | None = field(default=None, metadata={"help": "folder of the benchmark's files (default: found)"})
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder of the benchmark's files (default: austen's files ship with the package; "
+            "wikitext103's come through the datasets package)"
+        },
+    )
     pack: bool = field(
         default=False, metadata={"help": "training windows of packed documents: no token attends to another"}
     )
@@ -112,6 +118,14 @@ class LanguageModelling(Task):
 
     def tokenizer_description(self) -> dict:
         return _tokenizer(self.tokenizer).describe()
+
+    def check_data(self) -> None:
+        """The corpus files exist (and the packaged ones are intact); ValueError naming what is missing."""
+        if self.corpus in BENCHMARKS:
+            benchmark_files(self.corpus, self.data_dir)
+        else:
+            corpus_files(self.corpus)
+            corpus_files(self.validation_text)
 
     def tokens(self, split: str) -> np.ndarray:
         """The memory-mapped token array of ``split`` ('train' or 'validation')."""
