@@ -9,7 +9,9 @@ a fresh subprocess so that its peak RSS is its own.
 GPU mode: bf16, S in {2k, 4k, 8k, 16k}, D in {64, 128} (16k tokens per batch, d_model 2048): TFLOP/s
 of the TRA Triton kernels (without and with early exit) against SDPA's flash backend, forward and
 backward separately, and peak memory. FLOPs follow the FlashAttention convention: causal forward
-2 * B * H * S^2 * D, backward 2.5x that.
+2 * B * H * S^2 * D, backward 2.5x that. A packed row runs TRA on the same tokens cut into documents of
+1024 (segment ids); its TFLOP/s use the same one-document count, so its ratio to the TRA row is the speed-up
+from not attending across document boundaries.
 
     python benchmarks/attention.py --device cuda --out results/attention_gpu.md
 """
@@ -28,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PACKED_DOCUMENT = 1024  # tokens per document in the GPU mode's packed row
 COMMANDS = {
     "cpu": "python benchmarks/attention.py --out results/attention_cpu.md",
     "cuda": "python benchmarks/attention.py --device cuda --out results/attention_gpu.md",
@@ -186,6 +189,7 @@ def cuda_time(fn, repeats: int) -> float:
 
 def gpu_methods(q, k, v, g, prune_tau: float) -> dict:
     """The attention calls to time on one set of inputs."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -195,9 +199,14 @@ def gpu_methods(q, k, v, g, prune_tau: float) -> dict:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    b, s = q.shape[0], q.shape[2]
+    documents = (torch.arange(s, device=q.device, dtype=torch.int32) // PACKED_DOCUMENT).expand(b, s)
     return {
         "SDPA flash": sdpa,
         "TRA": lambda: threshold_relative_attention(q, k, v, g, impl="triton"),
+        f"TRA, packed {PACKED_DOCUMENT}-token documents": lambda: threshold_relative_attention(
+            q, k, v, g, impl="triton", segment_ids=documents
+        ),
         f"TRA, early exit (tau={prune_tau:g})": lambda: threshold_relative_attention(
             q, k, v, g, impl="triton", prune_tau=prune_tau
         ),
@@ -287,7 +296,9 @@ def gpu_report(lengths, dims, repeats, prune_tau) -> str:
         f"{repeats} runs after warm-up (CUDA events). TFLOP/s with the FlashAttention convention (forward "
         "2 B H S^2 D, backward 2.5x). TRA inputs: RMS-normalised q/k, gate pre-activations ~ N(-2, 1) "
         "(strongly forgetting heads, median log gate about -2.1). Ratios are TRA throughput over SDPA "
-        "flash throughput, measured in the same run.",
+        "flash throughput, measured in the same run. The packed row cuts the same tokens into documents of "
+        f"{PACKED_DOCUMENT} (segment ids) and counts the same FLOPs: its ratio over the TRA row is the speed-up "
+        "of packing.",
         "",
         "| S | D | method | fwd TFLOP/s | bwd TFLOP/s | fwd ratio | bwd ratio | peak MB (fwd+bwd) |",
         "|---|---|---|---|---|---|---|---|",

@@ -129,10 +129,6 @@ def test_nonfinite_weights_are_refused_by_every_command_that_reads_a_model(tmp_p
 
 
 def test_lm_eval_refuses_nonfinite_weights(tmp_path, capsys, monkeypatch):
-    from tra_attn.data.text import find_corpora_dir
-
-    if find_corpora_dir() is None:
-        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
     flags = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--length", "16", "--batch-size", "2"]
     code, _, err = tra(["lm", "train", "--out", tmp_path / "lm", "--steps", "2", *flags, "--no-progress"], capsys)

@@ -119,10 +119,6 @@ def test_the_aliases_find_the_runs_of_compare_and_write_the_same_rows(tmp_path, 
 
 def test_lm_sweeps_on_the_sweep_seeds_only(tmp_path, capsys, monkeypatch):
     """`tra compare lm` with --sweep-seeds: both rates on seed 0, seed 1 at the selected rate only."""
-    from tra_attn.data.text import find_corpora_dir
-
-    if find_corpora_dir() is None:
-        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["compare", "lm", *TINY, "--lrs", "1e-3", "3e-3", "--seeds", "0", "1", "--sweep-seeds", "0"]
     code, _, err = run([*argv, "--out", tmp_path / "cmp"], capsys)

@@ -4,6 +4,7 @@ gets clear errors. Skipped without ``transformers`` (the ``[hf]`` extra; CI inst
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -29,7 +30,8 @@ BYTE = make_tokenizer("byte").describe()
 def pair(kind: str, seed: int = 0, **fields) -> tuple[TransformerLM, TRAForCausalLM]:
     """A library model and its Hugging Face wrapper holding the same weights."""
     torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, attention=kind, cope_max_pos=32, **fields)
+    fields = {"vocab_size": 40, **fields}
+    config = ModelConfig(d_model=32, n_layers=2, n_heads=4, attention=kind, cope_max_pos=32, **fields)
     model = TransformerLM(config).eval()
     wrapper = TRAForCausalLM(TRAConfig.from_model_config(config)).eval()
     wrapper.model.load_state_dict(model.state_dict())
@@ -65,6 +67,56 @@ def test_labels_give_the_mean_shifted_next_token_loss():
     assert torch.allclose(out.loss, expected, rtol=1e-5) and torch.equal(
         out.logits, model(ids, cache=model.new_cache())
     )
+
+
+def padded(prompts: list[list[int]], side: str, pad: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts padded with ``pad`` on ``side``, and their attention mask."""
+    width = max(map(len, prompts))
+    rows = [([pad] * (width - len(p)), p, [0] * (width - len(p)), [1] * len(p)) for p in prompts]
+    if side == "left":
+        return torch.tensor([f + p for f, p, _, _ in rows]), torch.tensor([z + o for _, _, z, o in rows])
+    return torch.tensor([p + f for f, p, _, _ in rows]), torch.tensor([o + z for _, _, z, o in rows])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padded_batches_compute_and_generate_each_row_alone(kind):
+    _, wrapper = pair(kind)
+    with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
+        wrapper.model.lm_head.weight.mul_(20)
+    prompts = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3, 5, 8, 9]]
+    alone = [wrapper(torch.tensor([p])).logits[0] for p in prompts]
+    for side in ("left", "right"):
+        ids, mask = padded(prompts, side)
+        out = wrapper(ids, attention_mask=mask, labels=ids, use_cache=False)
+        for row in range(len(prompts)):
+            torch.testing.assert_close(out.logits[row][mask[row].bool()], alone[row])
+        # the targets in the padding are ignored: the loss is the mean over each row's own next tokens
+        targets = torch.tensor([t for p in prompts for t in p[1:]])
+        expected = F.cross_entropy(torch.cat([a[:-1] for a in alone]), targets)
+        torch.testing.assert_close(out.loss, expected)
+    ids, mask = padded(prompts, "left")
+    for use_cache in (True, False):
+        batched = wrapper.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, use_cache=use_cache)
+        for row, p in enumerate(prompts):
+            single = wrapper.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0]
+            assert torch.equal(batched[row, ids.shape[1] - len(p) :], single), (use_cache, row)
+    beams = wrapper.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=3, do_sample=False)
+    single = wrapper.generate(torch.tensor([prompts[1]]), max_new_tokens=4, num_beams=3, do_sample=False)[0]
+    assert torch.equal(beams[1, -6:], single)
+
+
+def test_the_pipeline_generates_batches_with_padding():
+    from transformers import pipeline
+
+    _, wrapper = pair("rope", vocab_size=256)
+    tokenizer = hf_tokenizer("byte")
+    tokenizer.pad_token = "\x00"  # the byte tokenizer has no special tokens: any id pads, the mask hides it
+    pipe = pipeline("text-generation", model=wrapper, tokenizer=tokenizer)
+    prompts = ["It is a truth", "Emma", "Mr. Darcy said"]
+    batched = pipe(prompts, max_new_tokens=5, do_sample=False, batch_size=2)
+    assert [out[0]["generated_text"] for out in batched] == [
+        pipe(p, max_new_tokens=5, do_sample=False)[0]["generated_text"] for p in prompts
+    ]
 
 
 @pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
@@ -125,8 +177,10 @@ def test_auto_classes_know_the_model_after_import_tra_attn_in_either_order(tmp_p
 def test_bad_input_gets_clear_errors_and_conversion_leaves_nothing_half_written(tmp_path, monkeypatch, capsys):
     _, wrapper = pair("tra")
     ids = torch.randint(0, 40, (2, 5))
-    with pytest.raises(ValueError, match="attention_mask has zeros; padding is not supported"):
-        wrapper(ids, attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match=r"TRAForCausalLM: attention_mask\.shape = \(2, 4\); expected \(B, S\) ="):
+        wrapper(ids, attention_mask=torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"TransformerLM: attention_mask\[1\] has padding between real tokens"):
+        wrapper(ids, attention_mask=torch.tensor([[1, 1, 1, 1, 1], [1, 0, 1, 1, 1]]))
     with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'flash'; expected one of \['tra'"):
         TRAForCausalLM(TRAConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, attention="flash"))
     model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
@@ -176,3 +230,42 @@ def test_the_readme_hugging_face_example_runs(tmp_path, monkeypatch):
     TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained("lm")
     to_hf("lm", "my_model_hf")  # what the README's `tra convert` line makes
     exec(compile(block, "README.md", "exec"), {})
+
+
+def test_a_converted_folder_loads_without_importing_tra_attn_through_trust_remote_code(tmp_path):
+    """The folder's auto_map names remote_code.py (the installed package's classes): a process that never
+    imports tra_attn, as lm-eval's, loads model and tokenizer with trust_remote_code=True."""
+    model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    torch.save(model(torch.arange(8)[None]), tmp_path / "logits.pt")
+    code = f"""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        folder = {str(tmp_path / "hf")!r}
+        try:
+            AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)  # as lm-eval's default
+        except ValueError as err:
+            assert "trust_remote_code=True" in str(err), err
+        else:
+            raise AssertionError("loaded without trust_remote_code")
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        assert torch.equal(model(torch.arange(8)[None]).logits, torch.load({str(tmp_path / "logits.pt")!r}))
+        assert tokenizer("a\\nb").input_ids == [97, 10, 98]
+        from tra_attn.hf import TRAByteTokenizer, TRAForCausalLM  # already imported by remote_code.py
+
+        print(isinstance(model, TRAForCausalLM), isinstance(tokenizer, TRAByteTokenizer))
+    """
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home")}  # where transformers copies remote_code.py
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    last = result.stdout.splitlines()[-1].split()
+    assert last == ["True", "True"], result.stdout
+
+
+def test_the_byte_tokenizer_names_the_document_separator_as_bos_and_eos_yet_decodes_every_newline():
+    tokenizer = hf_tokenizer("byte")
+    assert tokenizer.bos_token_id == tokenizer.eos_token_id == make_tokenizer("byte").separator[0] == 10
+    assert tokenizer.decode([97, 10, 98], skip_special_tokens=True) == "a\nb"
+    assert tokenizer("a\nb").input_ids == [97, 10, 98]  # nothing added around a text

@@ -3,8 +3,11 @@ resume, evaluation at 1x-16x the training length, and clear errors."""
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -231,7 +234,7 @@ def test_lm_eval_scores_every_token_once_at_every_length_and_window_kind(corpus,
 @pytest.mark.parametrize(
     "argv,pattern",
     [
-        (["--factors", "64"], r"windows of 512 tokens need 513 validation tokens; the text has 300"),
+        (["--factors", "64"], r"windows of 512 tokens need 513 tokens; the scored text has 300"),
         (["--stride", "9"], r"--stride = 9; expected an integer in \[1, training length = 8\]"),
         (["--stride", "0"], r"--stride = 0; expected an integer in \[1, training length = 8\]"),
         (["--factors", "0"], r"--factors = \[0\]; expected positive integers"),
@@ -243,7 +246,7 @@ def test_lm_eval_scores_every_token_once_at_every_length_and_window_kind(corpus,
 def test_bad_lm_eval_arguments(corpus, tmp_path, capsys, argv, pattern):
     train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
     code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "run", "--tokens", "300", *argv], capsys)
-    assert code == 2 and __import__("re").search(pattern, err), err
+    assert code == 2 and re.search(pattern, err), err
 
 
 def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
@@ -251,9 +254,13 @@ def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
 
     TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "saved")
     code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "saved"], capsys)
-    assert (
-        code == 2 and "has no training config; expected a run or checkpoint directory of `tra train --task lm`" in err
-    )
+    assert code == 2 and "has no training config, so no validation text; expected --text FILE (and --length)" in err
+    (tmp_path / "text.txt").write_text("some text\n")
+    code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "saved", "--text", tmp_path / "text.txt"], capsys)
+    assert code == 2 and "has no training config to take the training length from; pass --length" in err
+    argv = ["lm", "eval", "--checkpoint", tmp_path / "saved", "--text", tmp_path / "text.txt", "--length", "4"]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "the model has no text tokenizer (it reads a task vocabulary)" in err
     ff = Config(task="flipflop", model=ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2), length=8, steps=1)
     train(ff, tmp_path / "ff", progress=False)
     code, _, err = run(["lm", "eval", "--checkpoint", tmp_path / "ff"], capsys)
@@ -261,11 +268,7 @@ def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
 
 
 def test_lm_compare_selects_learning_rates_on_validation_and_reports(tmp_path, capsys, monkeypatch):
-    """The tiny preset end to end on the Austen benchmark (skipped where ../shared/corpora is absent)."""
-    from tra_attn.data.text import find_corpora_dir
-
-    if find_corpora_dir() is None:
-        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
+    """The tiny preset end to end on the Austen benchmark shipped with the package."""
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["lm", "compare", "--preset", "tiny", "--methods", "tra", "rope", "--lrs", "1e-3", "3e-3"]
     code, out, err = run([*argv, "--out", tmp_path / "cmp", "--no-progress"], capsys)
@@ -285,3 +288,130 @@ def test_lm_compare_selects_learning_rates_on_validation_and_reports(tmp_path, c
     assert "| TRA |" in out and "16x / 1x" in out and (tmp_path / "cmp" / "bits_per_byte.png").stat().st_size > 0
     code, out, _ = run(["report", tmp_path / "cmp", "--markdown", tmp_path / "page.md"], capsys)
     assert code == 0 and "Bits per byte against" not in out and "| RoPE |" in (tmp_path / "page.md").read_text()
+
+
+def rows_table(rows) -> dict:
+    """{(split, length): {metric: value}} of result rows."""
+    table: dict = {}
+    for r in rows:
+        table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
+    return table
+
+
+def test_lm_eval_on_any_text_and_any_saved_form_of_the_model(corpus, tmp_path, capsys):
+    """--text scores a file, a .gz file or a folder with the model's own tokenizer: on the run's validation text
+    it gives the run's numbers exactly, for the run, its save_pretrained folder and (with transformers) its
+    Hugging Face folder; --offset/--tokens pick the span, scored at every length."""
+    from tra_attn.experiments.lm.evaluate import evaluate_lm
+
+    train(lm_config(corpus, length=8, steps=2, eval_every=0), tmp_path / "run", progress=False)
+    TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / "run")).save_pretrained(tmp_path / "saved")
+    valid = tmp_path / "valid.txt"
+    with gzip.open(tmp_path / "valid.txt.gz", "wb") as f:
+        f.write(valid.read_bytes())
+    (tmp_path / "folder").mkdir()
+    shutil.copy(valid, tmp_path / "folder" / "valid.txt")
+    common = dict(factors=[1, 4], stride=4, tokens=201, offset=50, buckets=2)
+    reference = rows_table(evaluate_lm(tmp_path / "run", **common))
+    assert {m["scored_tokens"] for m in reference.values()} == {200}  # the same 200 tokens at every length
+    sources = [(tmp_path / "run", {}), (tmp_path / "saved", {"length": 8})]
+    if importlib.util.find_spec("transformers") is not None:
+        from tra_attn.hf import to_hf
+
+        sources.append((to_hf(tmp_path / "run", tmp_path / "hf"), {"length": 8}))
+    for model, extra in sources:
+        for text in (valid, tmp_path / "valid.txt.gz", tmp_path / "folder"):
+            rows = evaluate_lm(model, text=text, **common, **extra)
+            assert rows_table(rows) == {
+                k: {**m, "peak_memory_mb": pytest.approx(m["peak_memory_mb"], rel=1)} for k, m in reference.items()
+            }
+            assert {r["text"] for r in rows} == {str(text)} and {tuple(r["span"]) for r in rows} == {(50, 251)}
+    last = rows_table(evaluate_lm(tmp_path / "run", text=valid, factors=[1], tokens=101))
+    assert last[("non_overlapping", 8)]["scored_tokens"] == 100  # without --offset: the last --tokens
+    code, out, err = run(
+        [
+            "eval",
+            "--checkpoint",
+            tmp_path / "saved",
+            "--text",
+            valid,
+            "--length",
+            "8",
+            "--out",
+            tmp_path / "rows.jsonl",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert {r["length"] for r in rows} == {8, 16, 32, 64, 128} and "bpb" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["--offset", "2000"], r"--offset = 2000; expected an integer in \[0, 2000\) \(the text has 2000 tokens\)"),
+        (["--offset", "-1"], r"--offset = -1; expected an integer in \[0, 2000\)"),
+        (
+            ["--offset", "1950", "--tokens", "51"],
+            r"--offset 1950 \+ --tokens 51 = 2001; expected at most the text's 2000",
+        ),
+        (["--offset", "1900", "--factors", "16"], r"windows of 128 tokens need 129 tokens; the scored text has 100"),
+        (["--length", "0"], r"--length = 0; expected a positive number of tokens"),
+    ],
+)
+def test_bad_lm_eval_spans(corpus, tmp_path, capsys, argv, pattern):
+    train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    code, _, err = run(
+        [
+            "lm",
+            "eval",
+            "--checkpoint",
+            tmp_path / "run",
+            "--text",
+            corpus["validation_text"],
+            *argv,
+            "--out",
+            tmp_path / "out" / "rows.jsonl",
+        ],
+        capsys,
+    )
+    assert code == 2 and re.search(pattern, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_lm_commands_fail_on_missing_data_before_creating_any_output(corpus, tmp_path, capsys):
+    missing = tmp_path / "missing.txt"
+    flags = ["--length", "8", "--steps", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2"]
+    code, _, err = run(
+        [
+            "lm",
+            "train",
+            "--out",
+            tmp_path / "a",
+            "--corpus",
+            missing,
+            "--validation-text",
+            corpus["validation_text"],
+            *flags,
+        ],
+        capsys,
+    )
+    assert code == 2 and f"corpus path {missing} does not exist" in err
+    code, _, err = run(
+        ["lm", "train", "--out", tmp_path / "b", "--corpus", "austen", "--data-dir", tmp_path / "nowhere", *flags],
+        capsys,
+    )
+    assert code == 2 and "austen: --data-dir" in err and "is not a folder" in err
+    code, _, err = run(
+        ["lm", "compare", "--preset", "tiny", "--data-dir", tmp_path / "nowhere", "--out", tmp_path / "c"], capsys
+    )
+    assert code == 2 and "is not a folder" in err
+    train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    for command in (["lm", "eval"], ["eval"]):
+        code, _, err = run(
+            [*command, "--checkpoint", tmp_path / "run", "--text", missing, "--out", tmp_path / "d" / "rows.jsonl"],
+            capsys,
+        )
+        assert code == 2 and f"corpus path {missing} does not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "run", "train.txt", "valid.txt"]

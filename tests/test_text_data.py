@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,9 @@ from hypothesis import strategies as st
 
 from tra_attn.data.text import (
     AUSTEN_TRAIN,
+    AUSTEN_VALIDATION,
+    PACKAGED_CORPORA,
+    WIKITEXT103_FILES,
     EvalWindow,
     TokenArray,
     austen_files,
@@ -22,9 +27,9 @@ from tra_attn.data.text import (
     benchmark_files,
     eval_batch,
     eval_windows,
-    find_corpora_dir,
     load_benchmark,
     make_tokenizer,
+    packaged_corpus_file,
     token_dtype,
     tokenize_corpus,
     train_window_starts,
@@ -274,28 +279,118 @@ def test_corpus_errors(tmp_path, gpt2, byte):
 # ---- benchmarks ----------------------------------------------------------------------------------
 
 
-def test_austen_finds_shared_corpora(tmp_path):
-    found = find_corpora_dir()
-    if found is None:
-        pytest.skip("no shared/corpora folder with the Austen novels above the working directory")
+def test_austen_ships_with_the_package_and_matches_its_manifest(tmp_path):
+    """The six novels are package data: found without any folder outside the package, hashes as recorded."""
+    manifest = json.loads((PACKAGED_CORPORA / "manifest.json").read_text())
+    assert manifest["licence"] == "public domain" and "Project Gutenberg" in manifest["source"]
+    novels = {f"austen_{n}.txt.gz" for n in (*AUSTEN_TRAIN, *AUSTEN_VALIDATION)}
+    assert set(manifest["files"]) == novels == {p.name for p in PACKAGED_CORPORA.glob("*.txt.gz")}
+    for name, entry in manifest["files"].items():
+        path = PACKAGED_CORPORA / name
+        assert path.stat().st_size == entry["bytes"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
     splits = austen_files()
-    assert [p.name for p in splits["validation"]] == ["austen_persuasion.txt.gz"]
-    assert [p.name for p in splits["train"]] == [f"austen_{n}.txt.gz" for n in AUSTEN_TRAIN]
+    assert splits["validation"] == [PACKAGED_CORPORA / "austen_persuasion.txt.gz"]
+    assert splits["train"] == [PACKAGED_CORPORA / f"austen_{n}.txt.gz" for n in AUSTEN_TRAIN]
     arrays = load_benchmark("austen", "byte", cache_dir=tmp_path, progress=False)
     assert len(arrays["validation"]) > 400_000 and len(arrays["train"]) > 3_000_000
     assert bytes(arrays["validation"].tokens[:10].tolist()) == b"Persuasion"
 
 
+def test_a_changed_packaged_corpus_file_is_refused_naming_both_hashes(tmp_path, monkeypatch):
+    copy = tmp_path / "corpora"
+    copy.mkdir()
+    for path in PACKAGED_CORPORA.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(corpus_module, "PACKAGED_CORPORA", copy)
+    assert packaged_corpus_file("austen_emma.txt.gz") == copy / "austen_emma.txt.gz"
+    damaged = copy / "austen_persuasion.txt.gz"
+    damaged.write_bytes(damaged.read_bytes()[:-1])
+    expected = json.loads((copy / "manifest.json").read_text())["files"][damaged.name]["sha256"]
+    actual = hashlib.sha256(damaged.read_bytes()).hexdigest()
+    with pytest.raises(ValueError, match=rf"packaged corpus file {damaged} has sha256 {actual}; expected {expected}"):
+        austen_files()
+    damaged.unlink()
+    with pytest.raises(ValueError, match=rf"packaged corpus file {damaged}: cannot read it"):
+        benchmark_files("austen")
+    with pytest.raises(ValueError, match=r"packaged corpora: 'austen_ulysses\.txt\.gz' is not in .*manifest\.json"):
+        packaged_corpus_file("austen_ulysses.txt.gz")
+    (copy / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match=r"packaged corpora: cannot read .*manifest\.json"):
+        austen_files()
+
+
 def test_benchmark_errors(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"austen: .* has no austen_emma\.txt\.gz \(or \.txt\)"):
         austen_files(tmp_path)
-    monkeypatch.setattr(corpus_module, "find_corpora_dir", lambda *a, **k: None)
-    with pytest.raises(ValueError, match="pass --data-dir"):
-        austen_files()
-    with pytest.raises(ValueError, match="wikitext103: no data folder given; pass --data-dir"):
-        benchmark_files("wikitext103")
+    with pytest.raises(ValueError, match=r"austen: --data-dir .*missing is not a folder"):
+        austen_files(tmp_path / "missing")
     with pytest.raises(ValueError, match=r"benchmark = 'ptb'; expected one of \['austen', 'wikitext103'\]"):
         benchmark_files("ptb")
+    monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real_find_spec(name, *a)
+    )
+    with pytest.raises(
+        ValueError, match=r"wikitext103: no --data-dir, and the Python package 'datasets' .* not installed"
+    ):
+        benchmark_files("wikitext103")
+    assert not (tmp_path / "cache").exists()
+
+
+WIKI_ROWS = {
+    "train": [" = Title = \n", "", " Some text .\n"],
+    "validation": [" = Other = \n"],
+    "test": ["", " Last .\n"],
+}
+
+
+def test_wikitext103_through_the_datasets_package(tmp_path, monkeypatch):
+    """Without --data-dir the raw files are written once from a `datasets` DatasetDict (a tiny one saved to
+    disk here, in place of the hub's), then read from the cache folder; no network in tests."""
+    datasets = pytest.importorskip("datasets")
+    saved = tmp_path / "saved"
+    datasets.DatasetDict(
+        {split: datasets.Dataset.from_dict({"text": rows}) for split, rows in WIKI_ROWS.items()}
+    ).save_to_disk(saved)
+    calls = []
+
+    def load_dataset(path, name):
+        calls.append((path, name))
+        return datasets.load_from_disk(str(saved))
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
+    files = benchmark_files("wikitext103")
+    folder = tmp_path / "cache" / "wikitext103-raw"
+    assert files == {split: [folder / name] for split, name in WIKITEXT103_FILES.items()}
+    assert calls == [("Salesforce/wikitext", "wikitext-103-raw-v1")]
+    assert (folder / "wiki.train.raw").read_text() == " = Title = \n \n Some text .\n"  # a blank row: " \n"
+    assert (folder / "wiki.test.raw").read_text() == " \n Last .\n"
+    arrays = load_benchmark("wikitext103", "byte", cache_dir=tmp_path / "tokens", progress=False)
+    assert bytes(arrays["validation"].tokens.tolist()) == b" = Other = \n"
+    assert benchmark_files("wikitext103") == files and len(calls) == 1  # read from the folder afterwards
+    shutil.rmtree(folder)
+
+    def unreachable(path, name):
+        raise ConnectionError("hub unreachable")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(
+        ValueError,
+        match=r"wikitext103: cannot load the dataset Salesforce/wikitext/wikitext-103-raw-v1 from the datasets "
+        r"cache or the hub \(hub unreachable\); expected",
+    ):
+        benchmark_files("wikitext103")
+    assert not folder.exists()
+    monkeypatch.setattr(
+        datasets,
+        "load_dataset",
+        lambda path, name: datasets.DatasetDict({"train": datasets.load_from_disk(str(saved))["train"]}),
+    )
+    with pytest.raises(ValueError, match=r"lacks the splits \['validation', 'test'\]"):
+        benchmark_files("wikitext103")
 
 
 def test_wikitext103_from_folder(tmp_path):
@@ -309,13 +404,12 @@ def test_wikitext103_from_folder(tmp_path):
     assert bytes(arrays["validation"].tokens.tolist()) == b" = Other = \n"
 
 
-def test_austen_plain_text_and_search(tmp_path, byte):
-    corpora = tmp_path / "shared" / "corpora"
-    corpora.mkdir(parents=True)
+def test_austen_from_a_data_dir_of_plain_text(tmp_path, byte):
+    """--data-dir overrides the packaged novels (its files are the user's: no recorded hashes)."""
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
     for novel in (*AUSTEN_TRAIN, "persuasion"):
         (corpora / f"austen_{novel}.txt").write_text(f"{novel}\n")
-    (tmp_path / "repo" / "corpora").mkdir(parents=True)  # a corpora folder without Austen is passed over
-    assert find_corpora_dir(tmp_path / "repo" / "src") == corpora
     arrays = load_benchmark("austen", byte, data_dir=corpora, cache_dir=tmp_path / "cache", progress=False)
     assert bytes(arrays["train"].tokens.tolist()) == "\n\n".join(AUSTEN_TRAIN).encode() + b"\n"  # separator: newline
     assert bytes(arrays["validation"].tokens.tolist()) == b"persuasion\n"

@@ -11,6 +11,9 @@ from .train import check_output_file
 
 
 def cmd_eval(args) -> None:
+    if args.text is not None:
+        cmd_eval_text(args)
+        return
     from ..training.evaluation import evaluate_checkpoint
     from ..utils.jsonl import write_jsonl
 
@@ -37,6 +40,16 @@ def cmd_eval(args) -> None:
         print(f"{split:<10} {length:>6}  " + "  ".join(cells))
 
 
+def cmd_eval_text(args) -> None:
+    """``tra eval --text``: a language model on any text, as ``tra lm eval --text`` with its defaults."""
+    from ..experiments.lm.evaluate import prepare_lm_eval
+    from .lm import run_lm_eval
+
+    if args.data is not None:
+        raise ValueError("--data and --text: expected one of them (--text for a language model)")
+    run_lm_eval(prepare_lm_eval(args.checkpoint, device=args.device, text=args.text, length=args.length), args.out)
+
+
 def cmd_convert(args) -> None:
     try:
         from ..hf import to_hf, to_native
@@ -50,8 +63,18 @@ def add_eval_command(sub) -> None:
     ev = sub.add_parser(
         "eval", help="evaluate a checkpoint on its task's test splits or on a data file", formatter_class=HelpFormatter
     )
-    ev.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint or run directory (required)")
+    ev.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a checkpoint, a run, a save_pretrained folder or a Hugging Face folder of `tra convert` (required)",
+    )
     ev.add_argument("--data", type=Path, help="evaluate on these sequences instead, one per line (default: none)")
+    ev.add_argument(
+        "--text",
+        type=Path,
+        help="a language model on this text: a file, a .gz file or a folder (`tra lm eval --text`; default: none)",
+    )
     ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
     ev.add_argument("--length", type=int, help="training length (default: from the checkpoint's training config)")
     ev.add_argument(

@@ -151,7 +151,9 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
         out="runs/<task>_<preset>, or runs/suite_<preset>",
     )
     add_fit_flag(cp)
-    cp.add_argument("--data-dir", type=Path, help="lm: folder of the corpus files (default: found for austen)")
+    cp.add_argument(
+        "--data-dir", type=Path, help="lm: folder of the corpus files (default: austen ships with the package)"
+    )
     cp.set_defaults(func=cmd_compare)
 
     bench = sub.add_parser(

@@ -24,17 +24,38 @@ def cmd_sample(args) -> None:
     print(args.prompt + text)
 
 
-def cmd_eval(args) -> None:
-    from ..experiments.lm.evaluate import evaluate_lm, print_table
+def run_lm_eval(evaluation, out: Path | None) -> None:
+    """Run a checked evaluation (``prepare_lm_eval``), write its rows to ``out`` as JSONL and print the table;
+    ``out``'s folder is created only now, after every check, so bad input leaves nothing behind."""
+    from ..experiments.lm.evaluate import print_table
     from ..utils.jsonl import write_jsonl
 
-    if args.out:
-        check_output_file(args.out, "--out")
-    rows = evaluate_lm(args.checkpoint, args.factors, args.stride, args.tokens, args.buckets, args.device)
-    if args.out:
-        with writing("result rows", args.out):
-            write_jsonl(args.out, rows)
+    if out:
+        check_output_file(out, "--out")
+    rows = evaluation.rows()
+    if out:
+        with writing("result rows", out):
+            write_jsonl(out, rows)
     print_table(rows)
+
+
+def cmd_eval(args) -> None:
+    from ..experiments.lm.evaluate import prepare_lm_eval
+
+    run_lm_eval(
+        prepare_lm_eval(
+            args.checkpoint,
+            args.factors,
+            args.stride,
+            args.tokens,
+            args.buckets,
+            args.device,
+            text=args.text,
+            offset=args.offset,
+            length=args.length,
+        ),
+        args.out,
+    )
 
 
 # `tra lm train` flags that are parameters of the lm task: their destinations (not the bare names, which
@@ -50,6 +71,8 @@ TASK_FLAGS = {
 def cmd_train(args) -> None:
     """`tra train --task lm`, with the lm task's parameters as first-class flags."""
     given = [(name, str(getattr(args, dest))) for dest, name in TASK_FLAGS.items() if getattr(args, dest) is not None]
+    if args.lm_pack:  # recorded only when given, so runs without it keep their task_args
+        given.append(("pack", True))
     args.task = "lm"
     args.task_arg = given + (args.task_arg or [])
     train_command(args)
@@ -72,7 +95,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         lrs="the preset's rate",
         out="runs/lm_<preset>",
     )
-    cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: found for austen)")
+    cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: austen ships with the package)")
     cp.set_defaults(func=cmd_compare)
 
     tp = lm_sub.add_parser(
@@ -88,7 +111,8 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         "--data-dir",
         dest="lm_data_dir",
         type=Path,
-        help="folder of a benchmark corpus's files (default: found for austen)",
+        help="folder of a benchmark corpus's files (default: austen ships with the package; wikitext103 is read "
+        "through the datasets package)",
     )
     tp.add_argument(
         "--validation-text",
@@ -96,13 +120,25 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="held-out text when --corpus is a path (default: none)",
     )
+    tp.add_argument(
+        "--pack",
+        dest="lm_pack",
+        action="store_true",
+        help="train on packed documents: windows carry each token's document, no token attends to another "
+        "document and none predicts across a boundary (validation reads the text as one stream either way)",
+    )
     add_train_flags(tp)
     tp.set_defaults(func=cmd_train)
 
     sp = lm_sub.add_parser(
         "sample", help="continue a prompt with a trained model (KV-cache decoding)", formatter_class=HelpFormatter
     )
-    sp.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint, run or save_pretrained directory")
+    sp.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a checkpoint, a run, a save_pretrained folder or a Hugging Face folder of `tra convert`",
+    )
     sp.add_argument("--prompt", required=True, help="text to continue (required)")
     sp.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate")
     sp.add_argument("--temperature", type=float, default=0.8, help="0 decodes greedily")
@@ -116,12 +152,31 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         help="perplexity and bits per byte at 1x-16x the training length, loss against position",
         formatter_class=HelpFormatter,
     )
-    ev.add_argument("--checkpoint", type=Path, required=True, help="a run or checkpoint directory (required)")
+    ev.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a run, a checkpoint, a save_pretrained folder or a Hugging Face folder of `tra convert` (required)",
+    )
+    ev.add_argument(
+        "--text",
+        type=Path,
+        help="score this text instead: a file, a .gz file or a folder of *.txt / *.txt.gz, tokenized with the "
+        "model's tokenizer (default: the run's validation text)",
+    )
+    ev.add_argument(
+        "--length",
+        type=int,
+        help="training length, for a model saved without its run (default: from the training config)",
+    )
     ev.add_argument(
         "--factors", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="window lengths, x training length"
     )
     ev.add_argument("--stride", type=int, help="also evaluate sliding windows with this stride (default: none)")
-    ev.add_argument("--tokens", type=int, help="score the last N validation tokens (default: all of them)")
+    ev.add_argument("--tokens", type=int, help="score N tokens, the same at every length (default: all of the text)")
+    ev.add_argument(
+        "--offset", type=int, help="the scored tokens start at this token (default: the last --tokens of the text)"
+    )
     ev.add_argument("--buckets", type=int, default=8, help="position buckets of the loss-against-position rows")
     ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")

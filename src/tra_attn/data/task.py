@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -21,10 +21,16 @@ TEST_SEED = 3_000_000_000  # test sets are shared by every method and seed; spli
 
 @dataclass
 class TaskBatch:
-    """tokens (N, L) int64 and loss_mask (N, L) bool: True at the tokens that are scored."""
+    """tokens (N, L) int64 and loss_mask (N, L) bool: True at the tokens that are scored.
+
+    ``model_args``: per-token keyword arguments of the model's forward beside the ids, each (N, L) and
+    aligned with ``tokens`` (e.g. ``segment_ids``, the document of each token of a packed window); a
+    training step passes each at the input positions (the first L - 1), sliced with the rows it trains on.
+    """
 
     tokens: torch.Tensor
     loss_mask: torch.Tensor
+    model_args: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class Task:
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same arguments always give the same batch."""
         raise NotImplementedError
+
+    def check_data(self) -> None:
+        """A ValueError if data the task reads are missing, so commands fail before creating any output;
+        generated tasks read none."""
 
     def tokenizer_description(self) -> dict | None:
         """The text tokenizer behind the task's ids (saved with the model), or None for a task vocabulary."""

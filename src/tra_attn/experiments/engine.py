@@ -152,6 +152,7 @@ def run_comparison(
     preset, methods, seeds, sweep_seeds = check_comparison(
         experiment, preset_name, methods, seeds, steps, lrs, sweep_seeds, fit_accuracy
     )
+    make_task(experiment.task, **{**preset.task_args, **(task_args or {})}).check_data()  # before --out exists
     out = make_directory(out or f"runs/{experiment.name}_{preset_name}", "--out")
     git_commit()  # now, before anything can change the working tree
 

@@ -11,8 +11,7 @@ import dataclasses
 from transformers import PreTrainedConfig
 
 from ..models.config import ModelConfig
-
-MODEL_TYPE = "tra"
+from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
 
 
 def _fields_of_model_config() -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -25,7 +26,7 @@ from ..training.checkpoint import resolve_checkpoint
 from ..utils.atomic import atomic_directory
 from .configuration import MODEL_TYPE, TRAConfig
 from .modeling import TRAForCausalLM
-from .tokenization import hf_tokenizer
+from .tokenization import TRAByteTokenizer, hf_tokenizer
 
 
 def _write_directory(out: str | os.PathLike, write) -> Path:
@@ -38,21 +39,43 @@ def _write_directory(out: str | os.PathLike, write) -> Path:
 
 
 def to_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """A native model (a save_pretrained directory, a run or a checkpoint) as a Hugging Face directory."""
+    """A native model (a save_pretrained directory, a run or a checkpoint) as a Hugging Face directory.
+
+    The folder also holds ``remote_code.py`` and names its classes in ``auto_map``: a process that has not
+    imported ``tra_attn`` (``lm_eval --model hf``) loads it with ``trust_remote_code=True``, running only
+    the installed package's code.
+    """
     model = TransformerLM.from_pretrained(resolve_checkpoint(source))
     config = model.config
     special = {}
     if config.tokenizer and config.tokenizer["name"] == "gpt2":
         special = {"bos_token_id": GPT2_ENDOFTEXT_ID, "eos_token_id": GPT2_ENDOFTEXT_ID}
-    hf_model = TRAForCausalLM(TRAConfig.from_model_config(config, **special))
+    hf_model = TRAForCausalLM(TRAConfig.from_model_config(config, auto_map=_auto_map("config"), **special))
     hf_model.model.load_state_dict(model.state_dict(), strict=True)
 
     def write(tmp: Path) -> None:
         hf_model.save_pretrained(tmp)
+        shutil.copyfile(Path(__file__).with_name(REMOTE_CODE), tmp / REMOTE_CODE)
         if config.tokenizer:
-            hf_tokenizer(config.tokenizer["name"]).save_pretrained(tmp)
+            tokenizer = hf_tokenizer(config.tokenizer["name"])
+            tokenizer.save_pretrained(tmp)
+            if isinstance(tokenizer, TRAByteTokenizer):  # GPT-2's tokenizer is transformers' own
+                settings = tmp / "tokenizer_config.json"
+                written = json.loads(settings.read_text(encoding="utf-8"))
+                settings.write_text(json.dumps({**written, "auto_map": _auto_map("tokenizer")}, indent=2) + "\n")
 
     return _write_directory(out, write)
+
+
+REMOTE_CODE = "remote_code.py"  # in a Hugging Face folder: the auto_map classes (hf/remote_code.py)
+
+
+def _auto_map(what: str) -> dict:
+    """The ``auto_map`` of a Hugging Face folder's config ('config') or tokenizer config ('tokenizer')."""
+    module = REMOTE_CODE.removesuffix(".py")
+    if what == "config":
+        return {"AutoConfig": f"{module}.TRAConfig", "AutoModelForCausalLM": f"{module}.TRAForCausalLM"}
+    return {"AutoTokenizer": [f"{module}.TRAByteTokenizer", None]}
 
 
 def to_native(source: str | os.PathLike, out: str | os.PathLike) -> Path:

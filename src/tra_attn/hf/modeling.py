@@ -3,7 +3,9 @@
 The wrapper holds a ``TransformerLM`` as ``self.model`` and adds nothing to the computation, so its
 logits are the library model's. Decoding uses the library's own KV cache (``TRACache``), which also
 holds the per-key extras some kinds need (FoX's cumulative gates, the TRA ablations' key gates):
-``generate`` threads it through like any cache, and beam search reorders it.
+``generate`` threads it through like any cache, and beam search reorders it. Padded batches (an
+``attention_mask`` with zeros; left padding for ``generate``, as transformers expects of a decoder-only
+model) compute, row by row, what each sequence computes alone; the cache keeps the prompt's segment ids.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from ..layers import KVCache
 from ..layers.alibi import ALiBiAttention
 from ..models import IGNORE_INDEX, TransformerLM
-from ..models.loss import token_cross_entropy
+from ..models.loss import outside_documents, token_cross_entropy
 from ..ops.alibi import alibi_slopes
+from ..ops.varlen import segment_ids_from
 from .configuration import TRAConfig
 
 
@@ -34,9 +37,9 @@ class TRACache(KVCache):
         return self.layers[layer_idx].length
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Beam search: keep, for every new beam, the cached keys and values of the beam it came from."""
-        for layer in self.layers:
-            layer.select_batch(beam_idx)
+        """Beam search: keep, for every new beam, the cached keys, values and segment ids of the beam it came
+        from."""
+        self.select_batch(beam_idx)
 
 
 class TRAPreTrainedModel(PreTrainedModel):
@@ -78,7 +81,8 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
         self.model.lm_head = value
 
     def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, **kwargs):
-        """Only the tokens the cache has not seen yet; the rest of the state lives in the cache."""
+        """Only the tokens the cache has not seen yet; the rest of the state lives in the cache (segment ids of
+        a padded prompt included). ``position_ids`` are not passed on: positions come from the mask."""
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("TRAForCausalLM.generate: inputs_embeds is not supported; expected input_ids")
         if cache is not None:
@@ -98,28 +102,52 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """Logits of ``input_ids`` (continuing ``cache`` if given); with ``labels`` (the input ids, -100 to
-        skip, shifted inside as in every Hugging Face causal LM) also the mean next-token loss."""
+        skip, shifted inside as in every Hugging Face causal LM) also the mean next-token loss.
+
+        ``attention_mask``: 1 for a token, 0 for padding, left or right padding (docs/padding_and_packing.md);
+        (B, S), or with a cache (B, past + S) as ``generate`` passes it, of which only the last S columns are
+        read (the cache keeps its own segment ids). A padded row computes what it computes alone, and labels
+        whose target is padding are ignored. Token ids are range-checked when the cache is empty (the prompt),
+        not at every decoding step.
+        """
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("TRAForCausalLM: inputs_embeds is not supported; expected input_ids")
         if input_ids is None:
             raise ValueError("TRAForCausalLM: input_ids is None; expected a (batch, seq) tensor of token ids")
-        self.model.check_input_ids(input_ids)  # ids outside the vocabulary: the native model's clear error
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError(
-                "TRAForCausalLM: attention_mask has zeros; padding is not supported (every query attends to "
-                "all earlier tokens); expected sequences of equal length without padding"
-            )
+        past = 0 if cache is None else cache.get_seq_length()
+        if not past:  # ids outside the vocabulary: the native model's clear error
+            self.model.check_input_ids(input_ids)
+        attention_mask = self.new_part(attention_mask, input_ids, past)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None and not self.training:
             cache = TRACache(self.config.n_layers)
         elif not use_cache:
             cache = None
-        hidden = self.model.hidden_states(input_ids, cache)
+        hidden = self.model.hidden_states(input_ids, cache, attention_mask=attention_mask)
         loss = None
         if labels is not None:
             shifted = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+            if attention_mask is not None:  # no target in the padding is scored (the model checked the mask)
+                segments = segment_ids_from(
+                    *input_ids.shape, input_ids.device, key_padding_mask=attention_mask, check_values=False
+                )
+                shifted = shifted.masked_fill(outside_documents(segments), IGNORE_INDEX)
             per_token = token_cross_entropy(hidden, self.model.lm_head, shifted)
             loss = per_token.sum() / (shifted != IGNORE_INDEX).sum().clamp(min=1)
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         return CausalLMOutputWithPast(loss=loss, logits=self.model.lm_head(hidden), cache=cache)
+
+    @staticmethod
+    def new_part(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int) -> torch.Tensor | None:
+        """The columns of ``attention_mask`` that describe ``input_ids``: all of a (B, S) mask, the last S of a
+        (B, past + S) one."""
+        if attention_mask is None or not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+            return attention_mask  # the model names what is wrong with it
+        b, s = input_ids.shape
+        if attention_mask.shape[1] == s:
+            return attention_mask
+        if past and attention_mask.shape[1] == past + s:
+            return attention_mask[:, past:]
+        expected = f"(B, S) = ({b}, {s})" + (f" or, with the cache, (B, past + S) = ({b}, {past + s})" if past else "")
+        raise ValueError(f"TRAForCausalLM: attention_mask.shape = {tuple(attention_mask.shape)}; expected {expected}")

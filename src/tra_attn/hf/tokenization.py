@@ -12,11 +12,16 @@ import json
 
 from transformers import PreTrainedTokenizer
 
-from ..data.text.tokenizers import GPT2_ENDOFTEXT, gpt2_files, make_tokenizer
+from ..data.text.tokenizers import GPT2_ENDOFTEXT, ByteTokenizer, gpt2_files, make_tokenizer
+
+(_BYTE_SEPARATOR,) = ByteTokenizer().separator  # the newline that joins documents in the byte corpora
 
 
 class TRAByteTokenizer(PreTrainedTokenizer):
-    """UTF-8 bytes as ids 0..255; each token is the byte as one latin-1 character. No special tokens."""
+    """UTF-8 bytes as ids 0..255; each token is the byte as one latin-1 character. No special tokens, but
+    ``bos_token_id`` and ``eos_token_id`` name the library's document separator (a newline): clients such as
+    lm-evaluation-harness start a text or stop a generation there. They stay ids only, never special tokens,
+    so decoding with ``skip_special_tokens`` keeps every newline."""
 
     vocab_files_names: dict = {}
     model_input_names = ["input_ids", "attention_mask"]
@@ -27,6 +32,14 @@ class TRAByteTokenizer(PreTrainedTokenizer):
     @property
     def vocab_size(self) -> int:
         return 256
+
+    @property
+    def bos_token_id(self) -> int:
+        return _BYTE_SEPARATOR
+
+    @property
+    def eos_token_id(self) -> int:
+        return _BYTE_SEPARATOR
 
     def get_vocab(self) -> dict[str, int]:
         return {chr(i): i for i in range(256)}

@@ -2,7 +2,8 @@
 
     out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D) - m_h (i - j)) v_j
 
-with the standard fixed geometric slopes m_h (not learned). Runs on PyTorch SDPA with a float bias.
+with the standard fixed geometric slopes m_h (not learned). Runs on PyTorch SDPA with a float bias. In a
+packed or padded batch, i and j are positions in the document (left padding shifts nothing).
 """
 
 from __future__ import annotations
@@ -16,6 +17,6 @@ class ALiBiAttention(Attention):
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
 
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         k, v, _ = self.with_cache(cache, k, v)
-        return alibi_attention(q, k, v, self.slopes, logit_dropout=self.logit_dropout())
+        return alibi_attention(q, k, v, self.slopes, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,8 +26,13 @@ TRA_THRESHOLD_OPTIONS = (
 class Attention(nn.Module):
     """Bias-free Q/K/V projections, an output projection with bias, and an ``attend`` hook.
 
-    Subclasses implement ``attend(x, q, k, v, cache)`` on per-head tensors (B, H, S, Dh) of the new
-    positions; with a cache they append their keys/values to it and attend over all of them.
+    Subclasses implement ``attend(x, q, k, v, cache, segment_ids)`` on per-head tensors (B, H, S, Dh) of the
+    new positions; with a cache they append their keys/values to it and attend over all of them.
+    ``segment_ids`` (B, Sk), int32, describes a packed or padded batch: the document of every key (cached
+    ones first), -1 on padding; the queries are the last S of them. A query attends only to real keys of its
+    own document, and positions count from that document's start (docs/padding_and_packing.md). None: one
+    document per row, no padding (the fast path). A kind whose ``attend(x, q, k, v, cache)`` takes no
+    ``segment_ids`` still runs every batch without them, and refuses packed or padded ones clearly.
     """
 
     has_threshold = False  # whether keys are kept by a finite TRA threshold (which TRA_THRESHOLD_OPTIONS act on)
@@ -56,6 +62,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=True)
         self.attention_dropout = config.attention_dropout
+        self.takes_segment_ids = "segment_ids" in inspect.signature(self.attend).parameters
 
     def logit_dropout(self) -> float:
         """Dropout probability on the pre-softmax logits: ModelConfig.attention_dropout in training, else 0."""
@@ -65,13 +72,24 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         return x.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None, segment_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         q, k, v = (self.split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        out = self.attend(x, q, k, v, cache)
+        if segment_ids is None:
+            out = self.attend(x, q, k, v, cache)
+        elif self.takes_segment_ids:
+            out = self.attend(x, q, k, v, cache, segment_ids)
+        else:
+            raise ValueError(
+                f"{type(self).__name__}.attend(x, q, k, v, cache) takes no segment_ids; expected "
+                "attend(x, q, k, v, cache, segment_ids=None) for a packed or padded batch (attention_mask with "
+                "zeros, cu_seqlens or segment_ids)"
+            )
         b, _, s, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
-    def attend(self, x, q, k, v, cache: LayerCache | None) -> torch.Tensor:
+    def attend(self, x, q, k, v, cache: LayerCache | None, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
     @staticmethod

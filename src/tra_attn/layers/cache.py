@@ -74,10 +74,17 @@ class LayerCache:
 
 
 class KVCache:
-    """One LayerCache per layer of a model; ``capacity`` preallocates that many positions per layer."""
+    """One LayerCache per layer of a model; ``capacity`` preallocates that many positions per layer.
+
+    ``segment_ids`` (B, length) int32: the document of every cached key (-1: padding), kept by the model once a
+    forward describes its documents (a padded prompt, packed documents; models/documents.py), else None (one
+    document per row, no padding). Appending to it copies (B, length) integers per forward, little next to the
+    (B, H, length, D) keys each decoding step reads.
+    """
 
     def __init__(self, n_layers: int, capacity: int = 0):
         self.layers = [LayerCache(capacity) for _ in range(n_layers)]
+        self.segment_ids: torch.Tensor | None = None
 
     def __getitem__(self, index: int) -> LayerCache:
         return self.layers[index]
@@ -85,3 +92,10 @@ class KVCache:
     @property
     def length(self) -> int:
         return self.layers[0].length
+
+    def select_batch(self, index: torch.Tensor) -> None:
+        """Keep batch entries ``index`` of every layer and of the segment ids (beam search's reordering)."""
+        for layer in self.layers:
+            layer.select_batch(index)
+        if self.segment_ids is not None:
+            self.segment_ids = self.segment_ids.index_select(0, index.to(self.segment_ids.device))

@@ -21,6 +21,7 @@ class CoPEAttention(Attention):
         super().__init__(config)
         self.pos_emb = nn.Parameter(torch.zeros(config.head_dim, config.cope_max_pos))
 
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         k, v, _ = self.with_cache(cache, k, v)
-        return cope_attention(q, k, v, self.pos_emb.to(q.dtype), logit_dropout=self.logit_dropout())
+        dropout = self.logit_dropout()
+        return cope_attention(q, k, v, self.pos_emb.to(q.dtype), logit_dropout=dropout, segment_ids=segment_ids)

@@ -4,7 +4,8 @@
     f_l = sigmoid(w_h . x_l + b_h)   (a scalar forget gate per head and per key/time-step position)
 
 The basic FoX layer (no QK-norm, output gate or token shift of the "Pro" variant), no other
-positional encoding. The cache stores each key's log forget gate.
+positional encoding. The cache stores each key's log forget gate. In a packed or padded batch the op
+zeroes the gates of padding and of each document's first token (ops/fox.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class FoXAttention(Attention):
     def post_init(self, config):
         nn.init.constant_(self.fgate_proj.bias, config.gate_bias_init)
 
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         log_fgate = F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)  # (B, H, S)
         k, v, extras = self.with_cache(cache, k, v, log_fgate=log_fgate)
-        return forgetting_attention(q, k, v, extras["log_fgate"], logit_dropout=self.logit_dropout())
+        dropout = self.logit_dropout()
+        return forgetting_attention(q, k, v, extras["log_fgate"], logit_dropout=dropout, segment_ids=segment_ids)

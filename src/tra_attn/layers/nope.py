@@ -12,6 +12,6 @@ from .base import Attention
 
 
 class NoPEAttention(Attention):
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         k, v, _ = self.with_cache(cache, k, v)
-        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout())
+        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)

@@ -3,7 +3,8 @@
     out_i = sum_{j <= i} softmax_j(R(i) q_i . R(j) k_j / sqrt(D)) v_j,   R(p) rotates channel pairs
                                                                            by p * base^(-2c/D)
 
-Keys are cached after rotation. Runs on PyTorch SDPA.
+Keys are cached after rotation. Runs on PyTorch SDPA. In a packed or padded batch each row's positions
+count from its document's first real token (left padding shifts nothing), as if the document ran alone.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..ops.causal import causal_sdpa
+from ..ops.masks import document_positions
 from ..ops.rope import apply_rope, rope_angles
 from .base import Attention
 
@@ -28,10 +30,13 @@ class RoPEAttention(Attention):
         super().__init__(config)
         self.base = config.rope_base
 
-    def attend(self, x, q, k, v, cache):
-        start = self.past_length(cache)
-        positions = torch.arange(start, start + q.shape[-2], device=q.device)
-        cos, sin = rope_angles(positions, self.head_dim, self.base)
+    def attend(self, x, q, k, v, cache, segment_ids=None):
+        s = q.shape[-2]
+        if segment_ids is None:
+            start = self.past_length(cache)
+            cos, sin = rope_angles(torch.arange(start, start + s, device=q.device), self.head_dim, self.base)
+        else:  # per row: positions in the document, counted over its real tokens (cached ones included)
+            cos, sin = rope_angles(document_positions(segment_ids)[:, None, -s:], self.head_dim, self.base)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v, _ = self.with_cache(cache, k, v)
-        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout())
+        return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)

@@ -9,6 +9,9 @@
 The authors' reference semantics; no other positional encoding. The normalisation bounds
 |s_ij| <= sqrt(D), which makes the threshold meaningful. The cache holds normalised keys.
 
+Packed or padded batches: the op keeps a key only if it is a real token of the query's document (the op's
+``segment_ids``), so it takes no softmax mass and adds nothing to c_ij; the layer only passes the ids on.
+
 Option ``tra_dense_heads = n``: the first n heads of each layer keep every causal key (threshold -inf:
 c_ij = i - j + 1, a data-dependent ALiBi), the other heads are TRA as above. Text needs some heads that
 read recent tokens whatever their content; the threshold can only keep keys by content.
@@ -100,26 +103,33 @@ class TRAAttention(Attention):
         """(B, H, S) log forget gate, in fp32."""
         return F.logsigmoid(self.gate_proj(x).float()).transpose(1, 2)
 
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         q, k = self.normalize(q, k)
         k, v, _ = self.with_cache(cache, k, v)
-        return self.by_heads(q, k, v, self.log_gate(x))
+        return self.by_heads(q, k, v, self.log_gate(x), segment_ids)
 
-    def by_heads(self, q, k, v, log_gate) -> torch.Tensor:
-        """``op`` on every head, with no threshold on the first ``dense_heads`` of them."""
+    def by_heads(self, q, k, v, log_gate, segment_ids=None) -> torch.Tensor:
+        """``op`` on every head, with no threshold on the first ``dense_heads`` of them. ``segment_ids`` (B, Sk):
+        the keys' documents (-1: padding), for every head alike."""
         n, threshold, local = self.dense_heads, self.current_threshold(), self.local_window
+        # Only a packed or padded batch passes segment ids: any other call is the op's call as it always was.
+        documents = {} if segment_ids is None else {"segment_ids": segment_ids}
         if not n:
-            return self.op(q, k, v, log_gate, threshold, local_window=local)
+            return self.op(q, k, v, log_gate, threshold, local_window=local, **documents)
         # The first n heads keep every causal key (in their window, if any); the others are exact TRA with the
         # layer's threshold (and local window).
-        dense = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"), sliding_window=self.dense_window)
-        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], threshold, local_window=local)
+        dense = self.op(
+            q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], float("-inf"), sliding_window=self.dense_window, **documents
+        )
+        sparse = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], threshold, local_window=local, **documents)
         return torch.cat([dense, sparse], dim=1)
 
-    def op(self, q, k, v, log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
+    def op(
+        self, q, k, v, log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0, **documents
+    ) -> torch.Tensor:
         """The TRA op on these heads, with the configured implementation (the materialised one when the
         logits are dropped or the keep decision is relaxed: training with attention_dropout or
-        tra_keep_surrogate)."""
+        tra_keep_surrogate). ``documents``: ``segment_ids`` of a packed or padded batch, or nothing."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(
             q,
@@ -133,6 +143,7 @@ class TRAAttention(Attention):
             sliding_window=sliding_window,
             keep_surrogate=self.surrogate_temperature(threshold),
             validate=False,
+            **documents,
         )
 
     def surrogate_temperature(self, threshold: float) -> float:

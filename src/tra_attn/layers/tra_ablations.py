@@ -6,6 +6,9 @@
 - ``tra_nothreshold``: no threshold; every causal key is kept, so c_ij = i - j + 1 and the bias is
   g_i (i - j + 1): a data-dependent ALiBi. No threshold, so no threshold options (dense heads, windows).
 - ``tra_nodistance``: the threshold only, no distance term (NoPE plus selective sparsity).
+
+In a packed or padded batch every ablation keeps only real keys of the query's document (the ops'
+``segment_ids``), so ``tra_keygate`` sums the gates of that document's kept keys only.
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ class TRAKeyGateAttention(TRAAttention):
                 f"{config.attention!r}, whose op (ops/tra/key_gate.py) has no keep surrogate"
             )
 
-    def attend(self, x, q, k, v, cache):
+    def attend(self, x, q, k, v, cache, segment_ids=None):
         q, k = self.normalize(q, k)
         k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
-        return self.by_heads(q, k, v, extras["log_gate"])
+        return self.by_heads(q, k, v, extras["log_gate"], segment_ids)
 
-    def op(self, q, k, v, key_log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0):
+    def op(self, q, k, v, key_log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0, **documents):
         scale = self.head_dim**-0.5
         dropout = self.logit_dropout()
-        return tra_key_gate_naive(q, k, v, key_log_gate, scale, threshold, dropout, local_window, sliding_window)
+        return tra_key_gate_naive(
+            q, k, v, key_log_gate, scale, threshold, dropout, local_window, sliding_window, **documents
+        )
 
 
 class TRANoThresholdAttention(TRAAttention):

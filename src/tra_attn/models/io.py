@@ -1,7 +1,13 @@
-"""Saving and loading models: config.json + model.safetensors in a directory, written atomically as a pair."""
+"""Saving and loading models: config.json + model.safetensors in a directory, written atomically as a pair.
+
+Loading also reads the Hugging Face form of a model (``tra convert --to hf``: the same tensors under
+``model.``, and the config's fields among Hugging Face's own), so that every command that takes a model
+takes that folder too, without needing ``transformers``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -14,6 +20,8 @@ from .config import ModelConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+HF_MODEL_TYPE = "tra"  # config.json's model_type in a Hugging Face folder (tra_attn.hf.TRAConfig)
+HF_WEIGHTS_PREFIX = "model."  # TRAForCausalLM holds the TransformerLM as .model: its tensors' names start so
 
 
 def save_pretrained(model, directory: str | os.PathLike, state_dict: dict | None = None) -> None:
@@ -58,11 +66,16 @@ def check_finite(state: dict[str, torch.Tensor], where) -> None:
         )
 
 
-def load_config(directory: Path) -> ModelConfig:
-    """The ModelConfig of a saved model; ValueError naming the file if it is missing or invalid."""
+def read_config(directory: Path) -> tuple[ModelConfig, bool]:
+    """(the ModelConfig of a saved model, whether the folder is a Hugging Face one); ValueError naming the file
+    if it is missing or invalid. A Hugging Face config's own fields (model_type, architectures, ...) are dropped."""
     path = Path(directory) / CONFIG_NAME
     try:
-        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        hf = isinstance(data, dict) and data.get("model_type") == HF_MODEL_TYPE
+        if hf:
+            data = {f.name: data[f.name] for f in dataclasses.fields(ModelConfig) if f.name in data}
+        return ModelConfig.from_dict(data), hf
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         raise ValueError(f"from_pretrained: {path} is not a valid config ({err})") from err
 
@@ -70,8 +83,9 @@ def load_config(directory: Path) -> ModelConfig:
 def load_pretrained(
     cls, directory: str | os.PathLike, device: str | torch.device = "cpu", config: ModelConfig | None = None
 ):
-    """Rebuild a model saved by ``save_pretrained``; fails clearly on a missing or corrupt directory, or on
-    non-finite weights (every command that evaluates, samples, converts or resumes a model reads it here).
+    """Rebuild a model saved by ``save_pretrained`` (or in Hugging Face's form); fails clearly on a missing or
+    corrupt directory, or on non-finite weights (every command that evaluates, samples, converts or resumes a
+    model reads it here).
 
     ``config`` replaces the saved config.json (whose weights must fit it): a training run's own config is
     authoritative for the model it resumes.
@@ -83,11 +97,13 @@ def load_pretrained(
                 f"from_pretrained: {directory / name} does not exist; expected a "
                 f"directory written by save_pretrained ({CONFIG_NAME} + {WEIGHTS_NAME})"
             )
-    config = load_config(directory) if config is None else config
+    config, hf = read_config(directory) if config is None else (config, False)
     try:
         state = load_file(str(directory / WEIGHTS_NAME), device="cpu")
     except Exception as err:  # safetensors raises its own error types for truncated files
         raise ValueError(f"from_pretrained: {directory / WEIGHTS_NAME} is corrupt ({err})") from err
+    if hf:  # names without the wrapper's prefix; any other name stays, and load_state_dict refuses it
+        state = {name.removeprefix(HF_WEIGHTS_PREFIX): tensor for name, tensor in state.items()}
     check_finite(state, f"from_pretrained: {directory / WEIGHTS_NAME}")
     model = cls(config)
     try:

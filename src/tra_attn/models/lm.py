@@ -18,6 +18,7 @@ from torch import nn
 from ..layers import KVCache, LayerCache, attention_kind, check_model_config
 from ..layers.norms import RMSNorm
 from .config import ModelConfig
+from .documents import forward_segment_ids
 from .generation import generate
 from .io import load_pretrained, save_pretrained
 from .loss import token_cross_entropy
@@ -51,13 +52,15 @@ class Block(nn.Module):
         self.mlp = SwiGLU(config)
         self.dropout = nn.Dropout(config.dropout if config.residual_dropout else 0.0)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None, segment_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if self.style == "paper":
             x = self.norm1(x)
-            x = x + self.dropout(self.attn(x, cache))
+            x = x + self.dropout(self.attn(x, cache, segment_ids))
             x = self.norm2(x)
             return x + self.dropout(self.mlp(x))
-        x = x + self.dropout(self.attn(self.norm1(x), cache))
+        x = x + self.dropout(self.attn(self.norm1(x), cache, segment_ids))
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
@@ -106,24 +109,53 @@ class TransformerLM(nn.Module):
             if hook is not None:
                 hook(step)
 
-    def hidden_states(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Final normalised hidden states (B, S, d_model), before the output head."""
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final normalised hidden states (B, S, d_model), before the output head (arguments: ``forward``)."""
+        return self._hidden_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)[0]
+
+    def _hidden_and_segments(self, input_ids, cache, attention_mask, cu_seqlens, segment_ids):
+        """The hidden states and the (B, S) segment ids of the new tokens (None: one document per row)."""
         self._check_shape(input_ids)
+        keys = forward_segment_ids(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
         x = self.dropout(self.embed(as_index(input_ids)))
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i])
-        return self.norm(x)
+            x = block(x, None if cache is None else cache[i], keys)
+        return self.norm(x), None if keys is None else keys[:, -input_ids.shape[1] :]
 
     def forward(
-        self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (B, S, vocab); with ``labels`` (B, S) instead the per-token fp32 loss (B, S), 0 where a
         label is -100. Token ids are not range-checked here (a host sync per call): data sources and
-        ``generate`` check them once with ``check_input_ids``."""
-        hidden = self.hidden_states(input_ids, cache)
+        ``generate`` check them once with ``check_input_ids``.
+
+        A variable-length batch (docs/padding_and_packing.md), in one of three forms: ``attention_mask`` (B, S),
+        1 for a token and 0 for padding (left or right padding only: padding between real tokens is an error);
+        ``cu_seqlens`` (N+1,) int32 offsets of N documents packed in one row (B = 1); ``segment_ids`` (B, S),
+        the document of each token, documents packed per row (contiguous, non-decreasing ids; negative:
+        padding). A mask combines with either of the others. Every row of every document then computes what
+        the document alone computes, and ``labels[:, i]`` (the target of position i, the token at i + 1) is
+        ignored where position i is padding or the token at i + 1 is padding or in another document. With a
+        ``cache`` these describe the new tokens only; without them new tokens continue each row's last
+        document. The checks read the data (a host synchronisation), once per forward.
+        """
+        hidden, segments = self._hidden_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
         if labels is None:
             return self.lm_head(hidden)
-        return token_cross_entropy(hidden, self.lm_head, labels)
+        return token_cross_entropy(hidden, self.lm_head, labels, segments)
 
     def _check_shape(self, input_ids) -> None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
@@ -164,6 +196,7 @@ class TransformerLM(nn.Module):
         top_k: int | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Append ``max_new_tokens`` sampled tokens to ``input_ids`` (B, S); returns (B, S + new).
 
@@ -171,8 +204,11 @@ class TransformerLM(nn.Module):
         prompt is prefilled once into a cache preallocated for the whole output and each step attends
         from one new query to it; without it every step recomputes the whole sequence (same tokens,
         for testing and comparison). Runs in eval mode (no dropout) and restores the previous mode.
+        Prompts of different lengths: left-padded, with ``attention_mask`` (B, S) of 1 (token) and 0
+        (padding); each row then generates what its prompt alone generates (greedy), and the padding stays in
+        the output.
         """
-        return generate(self, input_ids, max_new_tokens, temperature, top_k, use_cache, generator)
+        return generate(self, input_ids, max_new_tokens, temperature, top_k, use_cache, generator, attention_mask)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write config.json and model.safetensors atomically as a pair (``models.io.save_pretrained``)."""

@@ -21,13 +21,26 @@ def _chunk_loss(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tenso
     return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")
 
 
-def token_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:
-    """Per-token loss (B, S) in fp32 of ``head(hidden)`` against ``labels`` (B, S); 0 where ignored."""
+def outside_documents(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S) bool: the labels a packed or padded batch ignores. Label i is the target of position i, the token
+    at i + 1: ignored where position i is padding (id < 0) or the token at i + 1 is padding or in another
+    document. The row's last label targets a token past the row, whose document the data decided."""
+    crossing = F.pad(segment_ids[:, 1:] != segment_ids[:, :-1], (0, 1), value=False)
+    return (segment_ids < 0) | crossing
+
+
+def token_cross_entropy(
+    hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor, segment_ids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token loss (B, S) in fp32 of ``head(hidden)`` against ``labels`` (B, S); 0 where ignored (label
+    IGNORE_INDEX, or, with ``segment_ids`` (B, S), ``outside_documents``)."""
     if labels.shape != hidden.shape[:-1]:
         raise ValueError(
             f"TransformerLM: labels.shape = {tuple(labels.shape)}; expected {tuple(hidden.shape[:-1])} "
             f"(one label per input position, {IGNORE_INDEX} where unscored)"
         )
+    if segment_ids is not None:
+        labels = labels.masked_fill(outside_documents(segment_ids), IGNORE_INDEX)
     flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     chunk = max(1, LOGIT_ELEMENTS // head.out_features)
     if flat_labels.numel() <= chunk:

@@ -5,6 +5,9 @@
 with fixed per-head slopes m_h forming a geometric sequence (2^(-8/H), 2^(-16/H), ...; for a head
 count that is not a power of two, the slopes of the next lower power of two followed by every other
 slope of the next higher one, as in the authors' ``get_slopes``).
+
+In a packed or padded batch (``segment_ids``), i and j are positions in the query's document
+(``masks.document_positions``) and keys of other documents or padding are masked.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .logit_dropout import causal_dropout_attention
-from .masks import causal_mask, compute_dtype, relative_distance
+from .masks import causal_mask, compute_dtype, document_mask, document_positions, relative_distance
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -41,10 +44,34 @@ def alibi_bias(slopes: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
     return bias.masked_fill(~causal_mask(sq, sk, slopes.device), float("-inf"))
 
 
-def alibi_attention(q, k, v, slopes: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0):
-    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout."""
+def document_alibi_bias(slopes: torch.Tensor, segment_ids: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """(B, H, Sq, Sk) bias -m_h * (p_i - p_j) with p the positions in the documents of ``segment_ids`` (B, Sk),
+    -inf outside ``visible`` (B, 1, Sq, Sk), ``masks.document_mask``."""
+    positions = document_positions(segment_ids)
+    sq, sk = visible.shape[-2:]
+    dist = positions[:, sk - sq :, None] - positions[:, None, :]
+    bias = -slopes[None, :, None, None] * dist[:, None].to(slopes.dtype)
+    return bias.masked_fill(~visible, float("-inf"))
+
+
+def alibi_attention(
+    q,
+    k,
+    v,
+    slopes: torch.Tensor,
+    scale: float | None = None,
+    logit_dropout: float = 0.0,
+    segment_ids: torch.Tensor | None = None,
+):
+    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout, and
+    ``segment_ids`` (B, Sk) of the keys for packed or padded batches (-1: padding)."""
+    sq, sk = q.shape[-2], k.shape[-2]
+    slopes = slopes.to(compute_dtype(q.dtype) if logit_dropout else q.dtype)
+    if segment_ids is None:
+        bias, visible = alibi_bias(slopes, sq, sk), None
+    else:
+        visible = document_mask(segment_ids, sq)
+        bias = document_alibi_bias(slopes, segment_ids, visible)
     if logit_dropout:
-        bias = alibi_bias(slopes.to(compute_dtype(q.dtype)), q.shape[-2], k.shape[-2])
-        return causal_dropout_attention(q, k, v, logit_dropout, bias, scale)
-    bias = alibi_bias(slopes.to(q.dtype), q.shape[-2], k.shape[-2])
+        return causal_dropout_attention(q, k, v, logit_dropout, bias, scale, visible)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

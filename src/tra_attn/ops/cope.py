@@ -8,6 +8,9 @@
 
 E (D, npos_max) is a learned table shared by the heads of a layer. TRA's count is p_ij with the
 sigmoid replaced by the hard step [s_ij > threshold].
+
+In a packed or padded batch (``segment_ids``) the gates of keys outside the query's document (and of
+padding) are 0, so they add nothing to p_ij, and those keys are masked: each document counts alone.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .masks import causal_mask, dropped_softmax
+from .masks import causal_mask, document_mask, dropped_softmax
 
 
 def contextual_positions(gates: torch.Tensor) -> torch.Tensor:
@@ -41,13 +44,20 @@ def interpolated_position_logits(q: torch.Tensor, pos: torch.Tensor, pos_emb: to
 
 
 def cope_attention(
-    q, k, v, pos_emb: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0
+    q,
+    k,
+    v,
+    pos_emb: torch.Tensor,
+    scale: float | None = None,
+    logit_dropout: float = 0.0,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal CoPE attention for q (B,H,Sq,D), k/v (B,H,Sk,D) and position table pos_emb (D, npos_max);
-    optional dropout on the logits (ops/logit_dropout.py)."""
+    optional dropout on the logits (ops/logit_dropout.py); ``segment_ids`` (B, Sk) of the keys (-1: padding)
+    for packed or padded batches."""
     sq, sk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = d**-0.5 if scale is None else scale
-    visible = causal_mask(sq, sk, q.device)
+    visible = causal_mask(sq, sk, q.device) if segment_ids is None else document_mask(segment_ids, sq)
     scores = (q * scale) @ k.transpose(-1, -2)
     gates = torch.sigmoid(scores) * visible
     pos = contextual_positions(gates).clamp(max=pos_emb.shape[-1] - 1)

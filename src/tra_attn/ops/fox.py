@@ -4,6 +4,10 @@
 
 with a per-head, per-position forget gate f_l = sigmoid(w . x_l + b) in (0, 1) taken at the
 intermediate (key/time-step) positions. With L = cumsum(log f) the bias is L_i - L_j.
+
+In a packed or padded batch (``segment_ids``) the gate is zeroed (f = 1) on padding and at the first
+token of each document, as the authors' code zeroes it on padding, and keys of other documents are
+masked: the sum then runs over the query's own document only, and left padding adds exact zeros to L.
 """
 
 from __future__ import annotations
@@ -12,26 +16,46 @@ import torch
 import torch.nn.functional as F
 
 from .logit_dropout import causal_dropout_attention
-from .masks import causal_mask, compute_dtype
+from .masks import causal_mask, compute_dtype, document_mask
 
 
-def forgetting_bias(log_lambda: torch.Tensor, sq: int) -> torch.Tensor:
-    """(B, H, Sq, Sk) bias L_i - L_j (-inf on future keys) from cumulative log gates L (B, H, Sk)."""
+def forgetting_bias(log_lambda: torch.Tensor, sq: int, visible: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, H, Sq, Sk) bias L_i - L_j from cumulative log gates L (B, H, Sk); -inf outside ``visible`` (the
+    causal mask by default)."""
     sk = log_lambda.shape[-1]
     bias = log_lambda[..., sk - sq :, None] - log_lambda[..., None, :]
-    return bias.masked_fill(~causal_mask(sq, sk, log_lambda.device), float("-inf"))
+    visible = causal_mask(sq, sk, log_lambda.device) if visible is None else visible
+    return bias.masked_fill(~visible, float("-inf"))
+
+
+def document_gates(log_fgate: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """``log_fgate`` (B, H, Sk) with 0 wherever key l does not continue the document of key l - 1 (padding,
+    or a document's first token): those gates only ever weigh keys of other documents."""
+    continues = (segment_ids >= 0) & (segment_ids == F.pad(segment_ids[:, :-1], (1, 0), value=-1))
+    return log_fgate.masked_fill(~continues[:, None], 0.0)
 
 
 def forgetting_attention(
-    q, k, v, log_fgate: torch.Tensor, scale: float | None = None, logit_dropout: float = 0.0
+    q,
+    k,
+    v,
+    log_fgate: torch.Tensor,
+    scale: float | None = None,
+    logit_dropout: float = 0.0,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal forgetting attention; log_fgate (B, H, Sk) <= 0 holds log f for every key position.
 
     The cumulative sum is taken in fp32 (fp64 for fp64 inputs), as the FoX kernels do. With
-    ``logit_dropout`` > 0 the logits are materialised and dropped (ops/logit_dropout.py).
+    ``logit_dropout`` > 0 the logits are materialised and dropped (ops/logit_dropout.py). ``segment_ids``
+    (B, Sk) of the keys (-1: padding) describe a packed or padded batch.
     """
+    sq = q.shape[-2]
+    visible = None
+    if segment_ids is not None:
+        log_fgate, visible = document_gates(log_fgate, segment_ids), document_mask(segment_ids, sq)
     log_lambda = torch.cumsum(log_fgate.to(compute_dtype(q.dtype)), dim=-1)
+    bias = forgetting_bias(log_lambda, sq, visible)
     if logit_dropout:
-        return causal_dropout_attention(q, k, v, logit_dropout, forgetting_bias(log_lambda, q.shape[-2]), scale)
-    bias = forgetting_bias(log_lambda, q.shape[-2]).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        return causal_dropout_attention(q, k, v, logit_dropout, bias, scale, visible)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale)

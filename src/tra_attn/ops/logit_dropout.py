@@ -13,17 +13,26 @@ import torch
 from .masks import causal_mask, compute_dtype, dropped_softmax
 
 
-def causal_dropout_attention(q, k, v, p: float, bias: torch.Tensor | None = None, scale: float | None = None):
+def causal_dropout_attention(
+    q,
+    k,
+    v,
+    p: float,
+    bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    keep: torch.Tensor | None = None,
+):
     """Causal softmax attention (plus an additive ``bias`` such as ALiBi's or FoX's) with logit dropout p.
 
     The materialised training path of the kinds that otherwise run on SDPA; accumulates in fp32 (fp64
-    for fp64 inputs) and returns the dtype of q.
+    for fp64 inputs) and returns the dtype of q. ``keep``: the visible keys (broadcast to (B, H, Sq, Sk)),
+    the causal mask by default (a packed or padded batch passes ``masks.document_mask``).
     """
     cdt = compute_dtype(q.dtype)
     sq, sk = q.shape[-2], k.shape[-2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     logits = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
-    keep = causal_mask(sq, sk, q.device)
+    keep = causal_mask(sq, sk, q.device) if keep is None else keep
     if bias is not None:
         logits = logits + torch.where(keep, bias.to(cdt), 0.0)
     return (dropped_softmax(logits, keep, p) @ v.to(cdt)).to(q.dtype)

@@ -1,14 +1,18 @@
-"""Causal masks and masked softmaxes shared by every attention op (a leaf: imports nothing from the package).
+"""Causal masks, document masks and positions, and masked softmaxes shared by every attention op.
 
 Queries sit at the last Sq of Sk positions (prefill: Sq = Sk; decoding: Sq < Sk), so the causal mask is
 aligned bottom-right. The softmaxes run over a boolean ``keep`` mask (causal, and for TRA thresholded) and
-give rows with no kept entry all-zero weights.
+give rows with no kept entry all-zero weights. Packed or padded batches describe their documents with
+segment ids (ops/varlen.py; -1 on padding): ``document_mask`` narrows the causal mask to a query's own
+document and ``document_positions`` numbers the tokens of each document from 0 (docs/padding_and_packing.md).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .varlen import segment_mask
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -33,6 +37,33 @@ def causal_mask(sq: int, sk: int, device=None) -> torch.Tensor:
 def relative_distance(sq: int, sk: int, device=None) -> torch.Tensor:
     """(Sq, Sk) integer distance i - j between query position i and key position j."""
     return query_positions(sq, sk, device)[:, None] - torch.arange(sk, device=device)[None, :]
+
+
+def document_mask(segment_ids: torch.Tensor, sq: int) -> torch.Tensor:
+    """(B, 1, Sq, Sk) bool: key j is visible to query r iff it is causal and in the query's document.
+
+    A padding query (segment id < 0) sees its own key only, so no softmax row is empty: an empty row is NaN
+    in a plain softmax (and in some SDPA backends), and its NaN would reach every row through the next
+    layer's keys (NaN times a zero weight). Real queries never see padding, so what padding rows compute
+    changes no real output.
+    """
+    sk = segment_ids.shape[-1]
+    distance = relative_distance(sq, sk, segment_ids.device)
+    own_if_padding = (segment_ids[:, None, sk - sq :, None] < 0) & (distance == 0)
+    return (segment_mask(segment_ids, sq) & (distance >= 0)) | own_if_padding
+
+
+def document_positions(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S) int64 position of each token in its document, counting only the document's real tokens (0, 1, ...;
+    0 on padding). Documents are contiguous runs of a segment id (ops/varlen.py), so padding before a document,
+    or between two of its tokens, shifts nothing."""
+    real = segment_ids >= 0
+    before = real.cumsum(-1) - 1  # real tokens of the row before this one
+    latest = torch.where(real, segment_ids, -1).cummax(-1).values  # the row's latest document id so far
+    previous = F.pad(latest[..., :-1], (1, 0), value=-1)
+    starts = real & (segment_ids != previous)  # the first real token of each document
+    first = torch.where(starts, before, 0).cummax(-1).values  # ``before`` at the current document's start
+    return torch.where(real, before - first, 0)
 
 
 def masked_softmax(logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

@@ -10,17 +10,19 @@ import torch
 
 
 def rope_angles(positions: torch.Tensor, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (S, dim) for integer positions (S,); dim must be even."""
+    """cos and sin of shape (..., S, dim) for integer positions (..., S) (per row of a batch: (B, S)); dim must
+    be even."""
     if dim % 2:
         raise ValueError(f"rope_angles: dim = {dim}; expected an even head dimension")
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    angles = positions.to(torch.float64)[..., None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (..., S, D) by the angles of ``rope_angles`` (computed in fp64, cast to x's dtype)."""
+    """Rotate x (..., S, D) by the angles of ``rope_angles`` (computed in fp64, cast to x's dtype), which
+    broadcast against x: (S, D) for every row alike, (B, 1, S, D) per row of x (B, H, S, D)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)

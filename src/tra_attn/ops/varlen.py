@@ -129,3 +129,20 @@ def segment_mask(segment_ids: torch.Tensor, sq: int) -> torch.Tensor:
     keys = segment_ids[:, None, None, :]
     queries = segment_ids[:, None, -sq:, None] if sq else segment_ids[:, None, :0, None]
     return (keys == queries) & (keys >= 0)
+
+
+def document_starts(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S) int32: the first position of each real position's document; S (no key) for padding positions.
+
+    The keys a position can keep lie in [start, position]: the fast paths skip every key block left of the
+    earliest start of their queries. Relies on contiguous documents (a document's first position is where
+    its id first appears); padding inside a document does not move its start.
+    """
+    b, s = segment_ids.shape
+    real = segment_ids >= 0
+    ids = torch.where(real, segment_ids, PADDING)
+    # Running maximum of the real ids before each position: the id of the last real position so far.
+    before = torch.cat([torch.full_like(ids[:, :1], PADDING), ids.cummax(-1).values[:, :-1]], -1)
+    positions = torch.arange(s, dtype=torch.int32, device=segment_ids.device).expand(b, s)
+    first = torch.where(real & (ids != before), positions, 0).cummax(-1).values
+    return torch.where(real, first, s).to(torch.int32)

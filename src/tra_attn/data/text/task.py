@@ -1,10 +1,15 @@
 """Language modelling as a task of the harness: windows of a tokenized corpus, every next token scored.
 
-``tra train --task lm --task-arg corpus=austen`` trains on the benchmark's train split and validates on
-its validation split; a corpus given as a path needs ``validation_text=PATH`` too. Training windows are a
-pure function of (seed, step), so resume stays exact. Evaluation (``tra eval``) scores the same
-validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping windows:
-loss, perplexity and bits per byte.
+``tra train --task lm --task-arg corpus=austen`` trains on the benchmark's train split (the novels ship with
+the package) and validates on its validation split; a corpus given as a path needs ``validation_text=PATH``
+too. Training windows are a pure function of (seed, step), so resume stays exact. Evaluation (``tra eval``)
+scores the same validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping
+windows: loss, perplexity and bits per byte.
+
+With ``pack=True`` (``tra lm train --pack``) training windows are packed documents: each window carries the
+document of every token (``segment_ids``, from the corpus's recorded document boundaries), so no token
+attends to another document, and the first token of a document is never a target. Validation and
+evaluation read the validation text as one stream either way, so their numbers compare across runs.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import numpy as np
 import torch
 
 from ..task import EvalSplit, Task, TaskBatch, register_task
-from .corpus import BENCHMARKS, benchmark_files, tokenize_corpus
+from .corpus import BENCHMARKS, TokenArray, benchmark_files, corpus_files, tokenize_corpus
 from .tokenizers import TOKENIZERS, make_tokenizer
-from .windows import batch_from_windows, train_window_starts
+from .windows import batch_from_windows, train_window_starts, window_segments
 
 EVAL_FACTORS = (1, 2, 4, 8, 16)
 
@@ -34,23 +39,31 @@ def _token_bytes(name: str) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _splits(corpus: str, validation: str | None, tokenizer: str, data_dir: str | None) -> dict[str, np.ndarray]:
+def _splits(corpus: str, validation: str | None, tokenizer: str, data_dir: str | None) -> dict[str, TokenArray]:
     """The token arrays of the train and validation splits (memory-mapped, tokenized once and cached)."""
     if corpus in BENCHMARKS:
         files = benchmark_files(corpus, data_dir)
         sources = {"train": files["train"], "validation": files["validation"]}
     else:
         sources = {"train": corpus, "validation": validation}
-    return {split: tokenize_corpus(source, _tokenizer(tokenizer)).tokens for split, source in sources.items()}
+    return {split: tokenize_corpus(source, _tokenizer(tokenizer)) for split, source in sources.items()}
 
 
-def _windows(tokens: np.ndarray, starts: np.ndarray, length: int) -> TaskBatch:
-    """Windows of ``length + 1`` tokens (``length`` inputs and their next tokens), every label scored."""
+def _windows(
+    tokens: np.ndarray, starts: np.ndarray, length: int, document_starts: np.ndarray | None = None
+) -> TaskBatch:
+    """Windows of ``length + 1`` tokens (``length`` inputs and their next tokens), every label scored; with
+    ``document_starts``, packed: each token's document goes to the model as ``segment_ids`` and the first
+    token of each document is no label (nothing of its document precedes it)."""
     inputs, labels = batch_from_windows(tokens, starts, length)
     sequences = torch.cat([inputs, labels[:, -1:]], dim=1)
     mask = torch.ones_like(sequences, dtype=torch.bool)
     mask[:, 0] = False  # the first token is never a label
-    return TaskBatch(sequences, mask)
+    if document_starts is None:
+        return TaskBatch(sequences, mask)
+    segments = window_segments(document_starts, starts, length)
+    mask[:, 1:] &= segments[:, 1:] == segments[:, :-1]
+    return TaskBatch(sequences, mask, {"segment_ids": segments})
 
 
 @register_task
@@ -61,7 +74,16 @@ class LanguageModelling(Task):
     corpus: str = field(default="austen", metadata={"help": f"a benchmark ({', '.join(BENCHMARKS)}) or a text path"})
     validation_text: str | None = field(default=None, metadata={"help": "held-out text, when corpus is a path"})
     tokenizer: str = field(default="byte", metadata={"help": f"one of {', '.join(TOKENIZERS)}"})
-    data_dir: str | None = field(default=None, metadata={"help": "folder of the benchmark's files (default: found)"})
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder of the benchmark's files (default: austen's files ship with the package; "
+            "wikitext103's come through the datasets package)"
+        },
+    )
+    pack: bool = field(
+        default=False, metadata={"help": "training windows of packed documents: no token attends to another"}
+    )
 
     name = "lm"
     has_text_format = False
@@ -75,6 +97,8 @@ class LanguageModelling(Task):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"lm: {name} = {value!r}; expected a path")
+        if not isinstance(self.pack, bool):
+            raise ValueError(f"lm: pack = {self.pack!r}; expected true or false")
         if self.corpus not in BENCHMARKS and self.validation_text is None:
             raise ValueError(
                 f"lm: corpus = {self.corpus!r} is a path, and validation_text = None; expected validation_text=PATH "
@@ -95,14 +119,24 @@ class LanguageModelling(Task):
     def tokenizer_description(self) -> dict:
         return _tokenizer(self.tokenizer).describe()
 
+    def check_data(self) -> None:
+        """The corpus files exist (and the packaged ones are intact); ValueError naming what is missing."""
+        if self.corpus in BENCHMARKS:
+            benchmark_files(self.corpus, self.data_dir)
+        else:
+            corpus_files(self.corpus)
+            corpus_files(self.validation_text)
+
     def tokens(self, split: str) -> np.ndarray:
         """The memory-mapped token array of ``split`` ('train' or 'validation')."""
-        return _splits(self.corpus, self.validation_text, self.tokenizer, self.data_dir)[split]
+        return _splits(self.corpus, self.validation_text, self.tokenizer, self.data_dir)[split].tokens
 
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
-        """``num`` training windows of ``length`` inputs (``length + 1`` tokens), at starts drawn from ``seed``."""
-        tokens = self.tokens("train")
-        return _windows(tokens, train_window_starts(len(tokens), length, num, seed, step=0), length)
+        """``num`` training windows of ``length`` inputs (``length + 1`` tokens), at starts drawn from ``seed``;
+        packed (with ``segment_ids``) if ``pack``."""
+        train = _splits(self.corpus, self.validation_text, self.tokenizer, self.data_dir)["train"]
+        starts = train_window_starts(len(train), length, num, seed, step=0)
+        return _windows(train.tokens, starts, length, train.document_starts if self.pack else None)
 
     def validation(self, num: int, length: int, seed: int) -> TaskBatch:
         """The first ``num`` non-overlapping windows of the validation text (the same every time)."""

@@ -136,6 +136,25 @@ def batch_from_windows(tokens: np.ndarray, starts, length: int) -> tuple[torch.T
     return rows[:, :-1], rows[:, 1:]
 
 
+def window_segments(document_starts, starts, length: int) -> torch.Tensor:
+    """(len(starts), length + 1) int64: the document of each token of the windows at ``starts``, numbered from 0
+    in each row (the ids a packed batch gives the model: no token attends to another document).
+
+    ``document_starts`` are the increasing offsets of the documents in the token array, the first 0.
+    """
+    fn = "window_segments"
+    length = _check_int(fn, "length", length, 1)
+    bounds = np.asarray(document_starts)
+    if bounds.ndim != 1 or not bounds.size or bounds.dtype.kind not in "iu" or bounds[0] != 0:
+        raise ValueError(f"{fn}: document_starts = {bounds[:4]}...; expected 1-d integer offsets starting at 0")
+    if np.any(np.diff(bounds) <= 0):
+        bad = int(np.flatnonzero(np.diff(bounds) <= 0)[0])
+        raise ValueError(f"{fn}: document_starts[{bad}:{bad + 2}] = {bounds[bad : bad + 2]}; expected increasing")
+    starts = np.asarray(starts.cpu() if isinstance(starts, torch.Tensor) else starts, dtype=np.int64)
+    documents = np.searchsorted(bounds, starts[:, None] + np.arange(length + 1), side="right") - 1
+    return torch.from_numpy(documents - documents[:, :1])
+
+
 def eval_batch(tokens: np.ndarray, window: EvalWindow) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(inputs, labels, loss_mask) of one evaluation window, each of shape (1, end - start - 1).
 

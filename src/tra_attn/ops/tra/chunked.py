@@ -11,7 +11,9 @@ plain cumulative sum. The softmax is accumulated online (running max, normaliser
 forward saves the log-sum-exp per row (+inf for rows with no kept key) and the backward recomputes
 each strip once, producing the complete dK/dV of its key block. See docs/carry.md and docs/backward.md.
 The keep rule's windows are masks on a strip's first rows; with a sliding window, rows and key blocks
-outside every window are skipped (docs/windows.md).
+outside every window are skipped (docs/windows.md). Segment ids (packed documents, padding) mask a strip
+that crosses a document boundary, and rows and key blocks outside every document of the strip are skipped
+(``segments.StripPlan``, docs/varlen.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import compute_dtype
+from .segments import Segments, StripPlan, segments_of
 
 _NEG_INF = float("-inf")
 # Dropped scores get this bias instead of -inf: masked_fill/where are several times slower than
@@ -49,15 +52,19 @@ class _Strip:
     Column t of the (reversed) block holds key j1 - 1 - t, at distance d = i - j1 + 1 + t from row i.
     ``allowed`` (causal, and inside the sliding window) and ``forced`` (inside the local window) cover the
     first rows of the strip, the only ones where they are not all ones (allowed) or all zeros (forced).
+    With segment ids (``plan``), rows whose document starts right of the block stay out, and a strip that
+    crosses a document boundary gets the segment mask.
     """
 
-    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype, device, local_window=0, sliding_window=0):
+    def __init__(self, j0: int, j1: int, sq: int, sk: int, dtype, device, local_window=0, sliding_window=0, plan=None):
         offset = sk - sq  # query row r sits at absolute position offset + r
-        self.j0 = j0
+        self.j0, self.j1, self.plan = j0, j1, plan
         self.r0 = max(0, j0 - offset)  # first row that can see the block
         # Rows [r0, r1) are processed: with a sliding window, rows at distance >= window from every key of
-        # the block stay out; pruning may lower r1 further.
+        # the block stay out, and so do rows of later documents; pruning may lower r1 further.
         self.r1 = min(sq, j1 - 1 + sliding_window - offset) if sliding_window else sq
+        if plan is not None:
+            self.r1 = max(self.r0, min(self.r1, plan.rows_end[j0 // plan.block]))
         # Rows whose position is below j1 - 1 see only part of the block (the diagonal tile); with a
         # sliding window, every row of the strip may miss part of it.
         n_allowed = self.r1 - self.r0 if sliding_window else min(sq, j1 - 1 - offset) - self.r0
@@ -102,6 +109,9 @@ class _Strip:
         if self.allowed is not None:
             n = min(self.allowed.shape[0], r1 - r0)
             keep[:, :n].mul_(self.allowed[:n])
+        same = None if self.plan is None else self.plan.mask(r0, r1, self.j0, self.j1, keep.dtype)
+        if same is not None:  # (B, 1, R, block) over the (B * H) flattened rows
+            keep.unflatten(0, (same.shape[0], -1)).mul_(same)
         if active is not None:
             keep.mul_(active)
         count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:r1, None])
@@ -118,9 +128,11 @@ def _blocks(sk: int, block: int, first_key: int = 0):
         yield j0, min(j0 + block, sk)
 
 
-def first_key(sq: int, sk: int, sliding_window: int) -> int:
-    """The leftmost key inside some query's sliding window (0 without one): blocks left of it are skipped."""
-    return max(0, sk - sq - sliding_window + 1) if sliding_window else 0
+def first_key(sq: int, sk: int, sliding_window: int, plan: StripPlan | None = None) -> int:
+    """The leftmost key inside some query's sliding window and document (0 without either): blocks left of it
+    are skipped."""
+    window = max(0, sk - sq - sliding_window + 1) if sliding_window else 0
+    return window if plan is None else max(window, plan.first_key)
 
 
 def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -157,10 +169,10 @@ class _Pruning:
         self.stop[:, rows].masked_fill_(done, strip.j0)
 
 
-def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None, windows):
+def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau: float | None, windows, plan):
     """Output, LSE (+inf for empty rows), kept keys per row, and the pruning stops (or None).
 
-    ``windows`` is (local_window, sliding_window)."""
+    ``windows`` is (local_window, sliding_window); ``plan`` the ``StripPlan`` of the segment ids (or None)."""
     n, sq, d = q.shape
     sk = k.shape[1]
     dt = q.dtype
@@ -171,8 +183,8 @@ def _forward(q, k, v, log_gate, scale: float, threshold: float, block: int, prun
     carry = torch.zeros((n, sq), dtype=dt, device=q.device)
     ws = _Workspace(4, n * sq * min(block, sk), q)
     pruning = None if prune_tau is None else _Pruning(q, k, log_gate, scale, prune_tau)
-    for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1])):
-        strip = _Strip(j0, j1, sq, sk, dt, q.device, *windows)
+    for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1], plan)):
+        strip = _Strip(j0, j1, sq, sk, dt, q.device, *windows, plan)
         active = strip.restrict(None if pruning is None else pruning.active)
         r0, r1 = strip.r0, strip.r1
         if r1 == r0:
@@ -204,10 +216,10 @@ class ChunkedTRA(torch.autograd.Function):
     """Autograd function over flattened (N = B * H) inputs in the compute dtype."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows):
-        out, lse, _, stop = _forward(q, k, v, log_gate, scale, threshold, block, prune_tau, windows)
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows, plan):
+        out, lse, _, stop = _forward(q, k, v, log_gate, scale, threshold, block, prune_tau, windows, plan)
         ctx.save_for_backward(q, k, v, log_gate, out, lse, stop)
-        ctx.scale, ctx.threshold, ctx.block, ctx.windows = scale, threshold, block, windows
+        ctx.scale, ctx.threshold, ctx.block, ctx.windows, ctx.plan = scale, threshold, block, windows, plan
         return out
 
     @staticmethod
@@ -219,7 +231,7 @@ class ChunkedTRA(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grad_out):
         q, k, v, log_gate, out, lse, stop = ctx.saved_tensors
-        scale, threshold, block, windows = ctx.scale, ctx.threshold, ctx.block, ctx.windows
+        scale, threshold, block, windows, plan = ctx.scale, ctx.threshold, ctx.block, ctx.windows, ctx.plan
         n, sq, _ = q.shape
         sk = k.shape[1]
         grad_out = grad_out.to(q.dtype)
@@ -231,8 +243,8 @@ class ChunkedTRA(torch.autograd.Function):
         dgate = torch.zeros_like(log_gate)
         carry = torch.zeros_like(log_gate)
         ws = _Workspace(4, n * sq * min(block, sk), q)
-        for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1])):
-            strip = _Strip(j0, j1, sq, sk, q.dtype, q.device, *windows)
+        for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1], plan)):
+            strip = _Strip(j0, j1, sq, sk, q.dtype, q.device, *windows, plan)
             active = strip.restrict(None if stop is None else stop <= j0)  # the keys the forward visited
             r0, r1 = strip.r0, strip.r1
             if r1 == r0:
@@ -248,7 +260,7 @@ class ChunkedTRA(torch.autograd.Function):
             dk[:, j0:j1] = torch.matmul(dlogits.transpose(-1, -2), q_scaled[:, r0:r1]).flip(1)
             dv[:, j0:j1] = torch.matmul(p.transpose(-1, -2), go).flip(1)
             dgate[:, r0:r1] += torch.einsum("nrt,nrt->nr", dlogits, count)
-        return dq.mul_(scale), dk, dv, dgate, None, None, None, None, None
+        return dq.mul_(scale), dk, dv, dgate, None, None, None, None, None, None
 
 
 def default_block_size(sq: int, sk: int) -> int:
@@ -282,13 +294,24 @@ def tra_chunked(
     prune_tau: float | None = None,
     local_window: int = 0,
     sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ):
-    """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+    """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype.
+
+    ``segment_ids`` (B, Sk) int32 (``ops/varlen.py``, or None): keys are kept only within the query's document."""
     b, h, sq, d = q.shape
-    block = block_size or default_block_size(sq, k.shape[2])
+    sk = k.shape[2]
+    block = int(block_size or default_block_size(sq, sk))
     windows = (int(local_window), int(sliding_window))
-    out = ChunkedTRA.apply(*_flatten(q, k, v, log_gate), float(scale), float(threshold), int(block), prune_tau, windows)
+    plan = _plan(segments_of(segment_ids, sq), sq, sk, block, windows[1])
+    out = ChunkedTRA.apply(
+        *_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows, plan
+    )
     return out.reshape(b, h, sq, d).to(q.dtype)
+
+
+def _plan(segments: Segments | None, sq: int, sk: int, block: int, sliding_window: int) -> StripPlan | None:
+    return None if segments is None else StripPlan(segments, sq, sk, block, sliding_window)
 
 
 @torch.no_grad()
@@ -303,17 +326,20 @@ def chunked_forward_stats(
     prune_tau: float | None = None,
     local_window: int = 0,
     sliding_window: int = 0,
+    segments: Segments | None = None,
 ):
     """Per row, without autograd: out, lse, kept keys counted, and the first key position visited.
 
     (out, lse, count) are what a split-KV combine needs; the first key visited (0 without pruning)
-    tells exactly which keys pruning skipped.
+    tells exactly which keys pruning skipped. ``segments`` as ``segments.segments_of`` gives them (or None).
     """
     b, h, sq, d = q.shape
-    block = block_size or default_block_size(sq, k.shape[2])
+    sk = k.shape[2]
+    block = int(block_size or default_block_size(sq, sk))
     windows = (int(local_window), int(sliding_window))
+    plan = _plan(segments, sq, sk, block, windows[1])
     out, lse, count, stop = _forward(
-        *_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows
+        *_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows, plan
     )
     key_start = torch.zeros((b, h, sq), dtype=torch.long, device=q.device) if stop is None else stop.reshape(b, h, sq)
     return out.reshape(b, h, sq, d), lse.reshape(b, h, sq), count.reshape(b, h, sq), key_start

@@ -8,6 +8,7 @@ import os
 
 import torch
 
+from ..varlen import segment_ids_from
 from .chunked import tra_chunked
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
@@ -47,12 +48,17 @@ def validate_inputs(
     local_window=0,
     sliding_window=0,
     keep_surrogate=0.0,
-) -> None:
-    """Raise ValueError naming the argument, its value and what was expected.
+    cu_seqlens=None,
+    key_padding_mask=None,
+    segment_ids=None,
+) -> torch.Tensor | None:
+    """Raise ValueError naming the argument, its value and what was expected; return the (B, Sk) int32
+    segment ids of ``cu_seqlens``, ``key_padding_mask`` and ``segment_ids`` (None when none is given).
 
     Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
-    check that needs the data (log_gate <= 0), which synchronises with the device. Non-finite values
-    are not errors: NaN and -inf are not > 0, and the op maps them to NaN rows (see the op's docstring).
+    checks that need the data (log_gate <= 0, the documents' offsets, ids and mask values), which
+    synchronise with the device. Non-finite values are not errors: NaN and -inf are not > 0, and the op
+    maps them to NaN rows (see the op's docstring).
     """
     for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
         if not isinstance(t, torch.Tensor):
@@ -108,6 +114,8 @@ def validate_inputs(
     if check_values and log_gate.numel() and bool((log_gate > 0).any()):
         worst = log_gate[log_gate > 0].max().item()  # NaN-free: NaN is not > 0
         _fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
+    documents = {"cu_seqlens": cu_seqlens, "key_padding_mask": key_padding_mask, "segment_ids": segment_ids}
+    return segment_ids_from(b, k.shape[2], q.device, **documents, check_values=check_values)
 
 
 def threshold_relative_attention(
@@ -124,6 +132,9 @@ def threshold_relative_attention(
     local_window: int = 0,
     sliding_window: int = 0,
     keep_surrogate: float = 0.0,
+    cu_seqlens: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -157,10 +168,20 @@ def threshold_relative_attention(
             sigmoid'((s_ij - threshold) / tau) / tau, so keys near the threshold (dropped ones too) get
             gradient. tau > 0 materialises the logits: it runs "naive" whatever ``impl`` says (after the
             logit dropout, if any). 0 (the default) is the exact op, whose keep mask carries no gradient.
-        validate: also check the values of ``log_gate`` (<= 0). That check reads the data, a host
-            synchronisation on a GPU and a graph break under torch.compile, so callers whose gate is
-            non-positive by construction (a logsigmoid, as in the TRA layer) pass False; inside
-            torch.compile it is skipped. Shapes, dtypes and options are always checked.
+        cu_seqlens: packed documents, flash-attn's convention: (N+1,) int32 offsets 0 = c_0 < ... < c_N = Sk
+            of N documents concatenated along the sequence, B = 1.
+        key_padding_mask: (B, Sk) bool or integer, 1 for a real token and 0 for padding (Hugging Face's
+            attention_mask, the KV cache's positions included); combines with either of the others.
+        segment_ids: (B, Sk) integer document id per position, negative for padding, documents contiguous
+            (``ops/varlen.py: segment_ids_from`` makes them from the other two forms).
+            With any of the three, key j is kept for query i (position Sk - Sq + r) only if both are real
+            and in the same document, on top of the rule above (windows still measured in positions); a
+            padding query keeps nothing and outputs 0. Each document gets exactly the op run on it alone;
+            docs/op_contract.md, section 9, and docs/varlen.md.
+        validate: also check the values of ``log_gate`` (<= 0) and of the document arguments. Those checks
+            read the data, a host synchronisation on a GPU and a graph break under torch.compile, so
+            callers whose inputs are valid by construction (a logsigmoid gate, as in the TRA layer) pass
+            False; inside torch.compile they are skipped. Shapes, dtypes and options are always checked.
 
     Returns:
         (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
@@ -168,14 +189,15 @@ def threshold_relative_attention(
 
     Non-finite inputs (NaN, +-inf), the same for every ``impl``: output row r, at position
     i = Sk - Sq + r, is NaN in all D entries iff q_r or log_gate_r (-inf included) has a non-finite
-    entry, or some key j <= i has one in k_j or v_j. Every other row is bit-identical to the same
+    entry, or some key j <= i has one in k_j or v_j (with documents: a key of its own document, and a
+    padding query is never NaN). Every other row is bit-identical to the same
     impl run with the non-finite entries replaced by 0. NaN rows pass no gradient back, non-finite
     entries get zero gradient, and every other gradient is that of the sanitised call. NaN and -inf
     gates are not validation errors (they are not > 0; +inf is, and fails ``validate=True``). The
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
-    validate_inputs(
+    seg = validate_inputs(
         q,
         k,
         v,
@@ -189,6 +211,9 @@ def threshold_relative_attention(
         local_window,
         sliding_window,
         keep_surrogate,
+        cu_seqlens,
+        key_padding_mask,
+        segment_ids,
     )
     windows = (local_window, sliding_window)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -196,33 +221,35 @@ def threshold_relative_attention(
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
-        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate)
+        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, seg)
+        threshold, dropout = float(threshold), float(logit_dropout)
         if keep_surrogate:
-            out = tra_surrogate(
-                q, k, v, log_gate, scale, float(threshold), float(keep_surrogate), float(logit_dropout), *windows
-            )
+            out = tra_surrogate(q, k, v, log_gate, scale, threshold, float(keep_surrogate), dropout, *windows, seg)
         elif logit_dropout:
-            out = tra_naive(q, k, v, log_gate, scale, float(threshold), float(logit_dropout), *windows)
+            out = tra_naive(q, k, v, log_gate, scale, threshold, dropout, *windows, seg)
         else:
-            out = _dispatch(q, k, v, log_gate, scale, float(threshold), impl, prune_tau, windows)
+            out = _dispatch(q, k, v, log_gate, scale, threshold, impl, prune_tau, windows, seg)
         return poison(out, poisoned)
 
 
-def _dispatch(q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None, windows):
+def _dispatch(
+    q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None, windows, segment_ids
+):
     if impl == "auto":
         # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
         fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
         impl = "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
     if impl == "naive":
-        return tra_naive(q, k, v, log_gate, scale, threshold, 0.0, *windows)
+        return tra_naive(q, k, v, log_gate, scale, threshold, 0.0, *windows, segment_ids)
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
         if _split_kv_decode(q, k, v, log_gate, prune_tau):
             n_splits = min(SPLIT_KV_MAX_SPLITS, k.shape[2] // SPLIT_KV_MIN_KEYS)
-            return split_kv_attention(q, k, v, log_gate, scale, threshold, n_splits, forward_stats, *windows)
-        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows)
-    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows)
+            stats = (n_splits, forward_stats, *windows, segment_ids)
+            return split_kv_attention(q, k, v, log_gate, scale, threshold, *stats)
+        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows, segment_ids)
+    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows, segment_ids)
 
 
 def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:

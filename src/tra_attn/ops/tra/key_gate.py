@@ -24,10 +24,12 @@ def tra_key_gate_naive(
     logit_dropout: float = 0.0,
     local_window: int = 0,
     sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q (B,H,Sq,D), k/v (B,H,Sk,D), key_log_gate (B,H,Sk) <= 0; returns (B,H,Sq,D). Optional logit dropout.
 
-    The keep rule is the TRA op's, windows included (``naive.keep_mask``).
+    The keep rule is the TRA op's, windows and segment ids (B, Sk) included (``naive.keep_mask``): a key of
+    another document or padding is never kept, so its gate enters no sum.
 
     Computes in fp32 (fp64 for fp64 inputs) under any enclosing autocast, as the TRA op does: the keep
     decision must not be made on bf16-rounded scores in (autocast) training and fp32 ones in evaluation.
@@ -36,6 +38,6 @@ def tra_key_gate_naive(
     with torch.autocast(q.device.type, enabled=False):
         qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
         scores = scale * (qc @ kc.transpose(-1, -2))
-        keep = keep_mask(scores, threshold, local_window, sliding_window)
+        keep = keep_mask(scores, threshold, local_window, sliding_window, segment_ids)
         distance = reverse_cumsum(keep.to(cdt) * key_log_gate.to(cdt)[..., None, :])
         return (softmax_weights(scores + distance, keep, logit_dropout) @ vc).to(q.dtype)

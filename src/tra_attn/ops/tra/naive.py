@@ -9,17 +9,28 @@ from __future__ import annotations
 import torch
 
 from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax, relative_distance
+from ..varlen import segment_mask
 
 
-def keep_mask(scores: torch.Tensor, threshold: float, local_window: int = 0, sliding_window: int = 0) -> torch.Tensor:
+def keep_mask(
+    scores: torch.Tensor,
+    threshold: float,
+    local_window: int = 0,
+    sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Key j is kept for query i iff 0 <= d, d < sliding_window (if > 0), and (s_ij > threshold or d < local_window),
-    with d = i - j (scores: (..., Sq, Sk)); docs/op_contract.md, section 8."""
+    with d = i - j (scores: (..., Sq, Sk)); docs/op_contract.md, section 8. With ``segment_ids`` (B, Sk), also
+    only if j is in i's document (neither padding; scores (B, H, Sq, Sk)); section 9."""
     sq, sk = scores.shape[-2:]
     if not (local_window or sliding_window):
-        return causal_mask(sq, sk, scores.device) & (scores > threshold)
-    d = relative_distance(sq, sk, scores.device)
-    keep = ((scores > threshold) | (d < local_window)) & (d >= 0)
-    return keep & (d < sliding_window) if sliding_window else keep
+        keep = causal_mask(sq, sk, scores.device) & (scores > threshold)
+    else:
+        d = relative_distance(sq, sk, scores.device)
+        keep = ((scores > threshold) | (d < local_window)) & (d >= 0)
+        if sliding_window:
+            keep = keep & (d < sliding_window)
+    return keep if segment_ids is None else keep & segment_mask(segment_ids, sq)
 
 
 def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -28,10 +39,14 @@ def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
 
 
 def keep_and_count(
-    scores: torch.Tensor, threshold: float, local_window: int = 0, sliding_window: int = 0
+    scores: torch.Tensor,
+    threshold: float,
+    local_window: int = 0,
+    sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep mask and contextual distance c_ij = number of kept keys l with j <= l <= i."""
-    keep = keep_mask(scores, threshold, local_window, sliding_window)
+    keep = keep_mask(scores, threshold, local_window, sliding_window, segment_ids)
     return keep, reverse_cumsum(keep.long())
 
 
@@ -45,14 +60,15 @@ def tra_naive(
     logit_dropout: float = 0.0,
     local_window: int = 0,
     sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md.
 
     ``logit_dropout`` > 0 drops logits before the softmax, as the authors' notebook does in training
-    (ops/logit_dropout.py); the op contract is the p = 0 case. ``local_window`` and ``sliding_window``
-    change the keep rule (``keep_mask``).
+    (ops/logit_dropout.py); the op contract is the p = 0 case. ``local_window``, ``sliding_window`` and
+    ``segment_ids`` (B, Sk) change the keep rule (``keep_mask``).
     """
-    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window)
+    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
     return (softmax_weights(logits, keep, logit_dropout) @ v.to(logits.dtype)).to(q.dtype)
 
 
@@ -64,11 +80,12 @@ def tra_logits(
     threshold: float,
     local_window: int = 0,
     sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(scores s_ij, keep mask, logits s_ij + g_i c_ij), materialised in the compute dtype (``compute_dtype``)."""
     cdt = compute_dtype(q.dtype)
     scores = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
-    keep, count = keep_and_count(scores, threshold, local_window, sliding_window)
+    keep, count = keep_and_count(scores, threshold, local_window, sliding_window, segment_ids)
     return scores, keep, scores + log_gate.to(cdt)[..., None] * count.to(cdt)
 
 

@@ -1,9 +1,11 @@
 """Non-finite inputs (docs/op_contract.md, "Non-finite inputs"): the same answer from every implementation.
 
 Output row r (absolute position i = Sk - Sq + r) is NaN iff q_r or log_gate_r has a non-finite entry,
-or some key j <= i has one in k_j or v_j. No other row can see a bad entry, so the implementations
-run on inputs whose non-finite entries are replaced by 0, and the poisoned rows are set to NaN
-afterwards. Everything is tensor ops on the inputs' device: no host synchronisation, no graph break.
+or some key j <= i has one in k_j or v_j. With segment ids (docs/varlen.md) only the keys j <= i of the
+query's own document count, and a padding query is never NaN (it keeps nothing and outputs 0). No other
+row can see a bad entry, so the implementations run on inputs whose non-finite entries are replaced by 0,
+and the poisoned rows are set to NaN afterwards. Everything is tensor ops on the inputs' device: no host
+synchronisation, no graph break.
 
 Gradients: the poisoned rows pass none back (``torch.where``). The replacement passes gradients
 through unchanged; a non-finite entry is seen only by poisoned rows, so the implementation's
@@ -19,6 +21,9 @@ copy, and ``nan_to_num``'s own backward would run ``isfinite``. max/min propagat
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from ..varlen import document_starts
 
 
 def bad_rows(x: torch.Tensor) -> torch.Tensor:
@@ -43,9 +48,10 @@ class _ZeroNonFinite(torch.autograd.Function):
         return grads
 
 
-def sanitize(q, k, v, log_gate):
+def sanitize(q, k, v, log_gate, segment_ids=None):
     """(q, k, v, log_gate) with every non-finite entry replaced by 0, and the (B, H, Sq) bool mask
     of the output rows that must be NaN (None when there are none and nothing needs replacing).
+    ``segment_ids`` (B, Sk) int32 or None: a row sees only its own document's keys, and padding rows none.
 
     On the CPU, outside torch.compile, a clean batch (the usual case) skips the copies: asking whether
     anything is bad costs no device synchronisation there. On other devices and under compile the
@@ -57,7 +63,13 @@ def sanitize(q, k, v, log_gate):
         return q, k, v, log_gate, None
     sq, sk = q.shape[2], k.shape[2]
     # Row r sees keys j <= Sk - Sq + r: it is poisoned once a bad key has appeared up to its position.
-    sees_bad_key = bad_key.cumsum(-1)[..., sk - sq :] > 0
+    if segment_ids is None:
+        sees_bad_key = bad_key.cumsum(-1)[..., sk - sq :] > 0
+    else:  # bad real keys in [start of the row's document, its position]; a padding row's start is Sk
+        seen = F.pad((bad_key & (segment_ids >= 0)[:, None]).cumsum(-1), (1, 0))  # seen[j]: bad keys before j
+        starts = document_starts(segment_ids)[:, None, sk - sq :].expand_as(bad_query).long()
+        sees_bad_key = seen[..., sk - sq + 1 :] > torch.gather(seen, -1, starts)
+        bad_query = bad_query & (segment_ids[:, None, sk - sq :] >= 0)
     return (*_ZeroNonFinite.apply(q, k, v, log_gate), sees_bad_key | bad_query)
 
 

@@ -8,7 +8,9 @@ pairs with those shifts reproduces exact TRA (derivation: docs/split_kv.md).
 
 The windows of the keep rule need no kernel support here: a sliding window drops the keys outside it
 before splitting, and the local window's keys (all kept, whatever their score) form one more split,
-computed with threshold -inf, to the right of the others (docs/windows.md, section 4).
+computed with threshold -inf, to the right of the others (docs/windows.md, section 4). Segment ids
+(a packed or padded cache) travel with the keys into every split, with the query's own document id, so
+each split keeps only keys of that document and skips the key blocks left of its start (docs/varlen.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import torch
 
 from ..masks import compute_dtype
+from .segments import Segments, segments_of
 
 
 def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor, log_gate: torch.Tensor):
@@ -35,24 +38,40 @@ def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor,
 
 
 def split_kv_attention(
-    q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats, local_window=0, sliding_window=0
+    q,
+    k,
+    v,
+    log_gate,
+    scale: float,
+    threshold: float,
+    n_splits: int,
+    forward_stats,
+    local_window=0,
+    sliding_window=0,
+    segment_ids=None,
 ):
     """TRA for q (B,H,Sq,D) whose queries all come after the keys, e.g. decoding (Sq = 1).
 
-    ``forward_stats(q, k, v, log_gate, scale, threshold)`` returns (out, lse, count, ...) for one
-    split; every split is run as an extra batch entry of a single call. ``local_window`` and
-    ``sliding_window`` are the op's keep-rule windows.
+    ``forward_stats(q, k, v, log_gate, scale, threshold, segments=...)`` returns (out, lse, count, ...) for
+    one split; every split is run as an extra batch entry of a single call. ``local_window`` and
+    ``sliding_window`` are the op's keep-rule windows, ``segment_ids`` (B, Sk) int32 its documents (or None).
     """
     sq = q.shape[2]
     if sq != 1:
         raise ValueError(f"split_kv_attention: Sq = {sq}; expected a single query per sequence")
+    segments = segments_of(segment_ids, sq)
     if sliding_window:  # keys at distance >= sliding_window are never kept and count nothing
-        k, v = k[:, :, -sliding_window:], v[:, :, -sliding_window:]
+        cut = max(0, k.shape[2] - sliding_window)
+        k, v = k[:, :, cut:], v[:, :, cut:]
+        segments = None if segments is None else segments.split(cut, 1, k.shape[2])
     n_local = min(local_window, k.shape[2])
     far = k.shape[2] - n_local
-    parts = _split_stats(q, k[:, :, :far], v[:, :, :far], log_gate, scale, threshold, n_splits, forward_stats)
+    parts = _split_stats(q, k[:, :, :far], v[:, :, :far], log_gate, scale, threshold, n_splits, forward_stats, segments)
     if n_local:  # the local keys are all kept: threshold -inf gives them their exact in-split counts
-        local = forward_stats(q, k[:, :, far:], v[:, :, far:], log_gate, scale, float("-inf"))[:3]
+        local_segments = None if segments is None else segments.split(far, 1, n_local)
+        local = forward_stats(q, k[:, :, far:], v[:, :, far:], log_gate, scale, float("-inf"), segments=local_segments)[
+            :3
+        ]
         parts.append(tuple(t[:, None] for t in local))
     outs = torch.cat([p[0] for p in parts], dim=1).movedim(1, 0)
     lses = torch.cat([p[1] for p in parts], dim=1).movedim(1, 0)
@@ -60,7 +79,9 @@ def split_kv_attention(
     return combine_splits(outs, lses, counts, log_gate).to(q.dtype)
 
 
-def _split_stats(q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats) -> list:
+def _split_stats(
+    q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats, segments: Segments | None
+) -> list:
     """(out, lse, count) of up to ``n_splits`` key splits, each (B, splits, H, 1, ...), left to right."""
     b, h, _, d = q.shape
     sk = k.shape[2]
@@ -78,6 +99,7 @@ def _split_stats(q, k, v, log_gate, scale: float, threshold: float, n_splits: in
         vs = v[:, :, keys].reshape(b, h, n, size, d).transpose(1, 2).reshape(b * n, h, size, d)
         qs = q[:, None].expand(b, n, h, 1, d).reshape(b * n, h, 1, d)
         gs = log_gate[:, None].expand(b, n, h, 1).reshape(b * n, h, 1)
-        out, lse, count = forward_stats(qs, ks, vs, gs, scale, threshold)[:3]
+        split_segments = None if segments is None else segments.split(start, n, size)
+        out, lse, count = forward_stats(qs, ks, vs, gs, scale, threshold, segments=split_segments)[:3]
         parts.append((out.reshape(b, n, h, 1, d), lse.reshape(b, n, h, 1), count.reshape(b, n, h, 1)))
     return parts

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..masks import masked_softmax, relative_distance
+from ..varlen import segment_mask
 from .naive import reverse_cumsum, tra_logits
 
 
@@ -35,6 +36,7 @@ def tra_surrogate(
     logit_dropout: float = 0.0,
     local_window: int = 0,
     sliding_window: int = 0,
+    segment_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``tra_naive``'s output (and its gradient) plus the surrogate gradient of temperature ``tau`` > 0.
 
@@ -42,29 +44,34 @@ def tra_surrogate(
     the finite ``relaxed``), the exact gradient, and the derivative of the relaxed form with respect to m
     chained through the sigmoid into q and k. ``logit_dropout`` > 0 drops the logits as ``tra_naive``
     does, and the relaxed form sees the same dropped logits. ``local_window`` and ``sliding_window`` change
-    the keep rule as in ``tra_naive``; a key kept by the local window, or outside the sliding window, has no
-    keep decision to relax (its m is constant).
+    the keep rule as in ``tra_naive``, and so do ``segment_ids`` (B, Sk); a key kept by the local window, or
+    outside the sliding window or the query's document, has no keep decision to relax (its m is constant).
     """
-    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window)
+    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
     cdt = logits.dtype
     vc, gc = v.to(cdt), log_gate.to(cdt)
     drop = F.dropout(torch.ones_like(logits), logit_dropout, training=True) if logit_dropout else None
     # The dropped softmax of ops/masks.py (dropped_softmax), with the dropout factors kept for the relaxed form.
     exact = masked_softmax(logits if drop is None else torch.where(keep, logits, 0.0) * drop, keep) @ vc
-    # Where the rule does not compare the score (non-causal, outside the sliding window, inside the local
-    # window) m is the constant keep bit.
-    decided = decided_by_score(scores, local_window, sliding_window)
+    # Where the rule does not compare the score (non-causal, outside the sliding window or the document, inside
+    # the local window) m is the constant keep bit.
+    decided = decided_by_score(scores, local_window, sliding_window, segment_ids)
     soft = torch.where(decided, torch.sigmoid((scores - threshold) / tau), keep.to(cdt))
     relaxed = relaxed_attention(scores.detach(), gc.detach(), vc.detach(), keep, soft, drop)
     return (exact + (relaxed - relaxed.detach())).to(q.dtype)
 
 
-def decided_by_score(scores: torch.Tensor, local_window: int, sliding_window: int) -> torch.Tensor:
+def decided_by_score(
+    scores: torch.Tensor, local_window: int, sliding_window: int, segment_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """(Sq, Sk) True where the keep rule compares the score with the threshold: causal keys inside the
-    sliding window (if any) and beyond the local window."""
+    sliding window (if any) and beyond the local window; with ``segment_ids`` (B, Sk), (B, 1, Sq, Sk) and
+    only keys in the query's document."""
     d = relative_distance(*scores.shape[-2:], scores.device)
     decided = (d >= 0) & (d >= local_window)
-    return decided & (d < sliding_window) if sliding_window else decided
+    if sliding_window:
+        decided = decided & (d < sliding_window)
+    return decided if segment_ids is None else decided & segment_mask(segment_ids, scores.shape[-2])
 
 
 def relaxed_attention(scores, log_gate, v, keep, soft, drop=None) -> torch.Tensor:

@@ -29,7 +29,8 @@ from .triton_op import CONFIGS, DOT_SCAN  # noqa: E402
 
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90
 _DATA_POINTERS = {"Q", "K", "V", "O", "DO"}  # in the input dtype
-_POINTERS = _DATA_POINTERS | {"G", "SMAX", "LSE", "CNT", "KSTART", "DELTA", "DQ", "DK", "DV", "DG"}
+_INT_POINTERS = {"KSTART", "SEGK", "SEGQ", "QSTART"}  # int32: visited key blocks, segment ids, document starts
+_POINTERS = _DATA_POINTERS | _INT_POINTERS | {"G", "SMAX", "LSE", "CNT", "DELTA", "DQ", "DK", "DV", "DG"}
 _FLOAT_SCALARS = {"scale", "threshold", "tau2"}
 _WINDOWS = {"local_window", "sliding_window"}  # i32 scalars (the keep rule's windows), with no alignment
 
@@ -49,25 +50,35 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
         if name in constexprs:
             signature[name] = "constexpr"
         elif name in _POINTERS:
-            signature[name] = "*" + (dtype if name in _DATA_POINTERS else "i32" if name == "KSTART" else "fp32")
+            signature[name] = "*" + (dtype if name in _DATA_POINTERS else "i32" if name in _INT_POINTERS else "fp32")
         else:
             signature[name] = "fp32" if name in _FLOAT_SCALARS else "i32"
     return signature
 
 
 def shipped_configurations():
-    """(kind, dtype, padded head dim, prune) for every configuration the library can launch."""
+    """(kind, dtype, padded head dim, prune, segments) for every configuration the library can launch."""
     for block_d in sorted(CONFIGS):
         for dtype in ("bf16", "fp16"):
-            yield "fwd", dtype, block_d, False
-            yield "fwd", dtype, block_d, True
-            yield "bwd", dtype, block_d, False
+            for segments in (False, True):
+                yield "fwd", dtype, block_d, False, segments
+                yield "fwd", dtype, block_d, True, segments
+                yield "bwd", dtype, block_d, False, segments
 
 
-def compile_one(kind: str, dtype: str, block_d: int, prune: bool, arch: int = 90, config: dict | None = None) -> dict:
+def compile_one(
+    kind: str,
+    dtype: str,
+    block_d: int,
+    prune: bool,
+    segments: bool = False,
+    arch: int = 90,
+    config: dict | None = None,
+) -> dict:
     config = config or CONFIGS[block_d]
     bn, (bm, warps, stages) = config["BN"], config[kind]
     constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": DOT_SCAN, "IEEE": False}
+    constexprs["HAS_SEG"] = segments
     if kind == "fwd":
         constexprs["PRUNE"] = prune
     else:
@@ -98,6 +109,7 @@ def compile_one(kind: str, dtype: str, block_d: int, prune: bool, arch: int = 90
         "dtype": dtype,
         "D": block_d,
         "prune": prune,
+        "segments": segments,
         "BM": bm,
         "BN": bn,
         "warps": warps,
@@ -131,9 +143,9 @@ def main(argv=None) -> int:
     parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200 (sm_90a)")
     args = parser.parse_args(argv)
     failed = False
-    for kind, dtype, block_d, prune in shipped_configurations():
+    for kind, dtype, block_d, prune, segments in shipped_configurations():
         try:
-            row = compile_one(kind, dtype, block_d, prune, args.arch)
+            row = compile_one(kind, dtype, block_d, prune, segments, args.arch)
             row["problems"] = problems(row)
         except Exception as err:  # report every configuration, then fail
             row = {
@@ -141,6 +153,7 @@ def main(argv=None) -> int:
                 "dtype": dtype,
                 "D": block_d,
                 "prune": prune,
+                "segments": segments,
                 "problems": [f"{type(err).__name__}: {str(err)[:300]}"],
             }
         failed |= bool(row["problems"])
@@ -154,7 +167,8 @@ def main(argv=None) -> int:
                 else ""
             )
             print(
-                f"{kind} {dtype} D={block_d:<3} prune={prune!s:<5} {stats} {'; '.join(row['problems']) or 'ok'}",
+                f"{kind} {dtype} D={block_d:<3} prune={prune!s:<5} segments={segments!s:<5} {stats} "
+                f"{'; '.join(row['problems']) or 'ok'}",
                 flush=True,
             )
     return 1 if failed else 0

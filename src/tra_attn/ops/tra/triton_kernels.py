@@ -7,7 +7,9 @@ right of it)`` (docs/carry.md). The forward runs an online softmax in base 2 (lo
 into the scores and the gate) and stores per row the natural-log LSE (+inf for rows with no kept
 key) and the number of kept keys, and per query block the lowest key block it visited. The keep
 rule's windows (local: always kept; sliding: never kept beyond) are part of the tile's mask, and key
-blocks outside every row's sliding window are not visited (docs/windows.md). With
+blocks outside every row's sliding window are not visited (docs/windows.md). With segment ids
+(HAS_SEG: packed documents, padding) a key is kept only in its query's document, and key blocks left of
+the earliest document start of a query block are not visited (docs/varlen.md). With
 pruning on, a query block stops once the bound of docs/early_exit.md proves that the attention
 mass left of it is below exp(-tau) for every row. The backward visits exactly the same key blocks,
 recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics (docs/backward.md).
@@ -35,13 +37,15 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window, sliding_window,
-          BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
+def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold, local_window,
+          sliding_window, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr):
     """Base-2 logits of one (BM, BN) tile (-inf off the keep mask), the keep mask as 0/1 and the count."""
     s = _dot(q, tl.trans(k), IEEE) * scale
     dist = q_pos[:, None] - offs_n[None, :]  # i - j
     visible = (dist >= 0) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
     visible = visible & ((dist < sliding_window) | (sliding_window == 0))
+    if HAS_SEG:  # the query's own document, never padding (a padding query keeps nothing)
+        visible = visible & (seg_k[None, :] == seg_q[:, None]) & (seg_k[None, :] >= 0)
     # The threshold test in natural units, as the reference does; the local window keeps whatever the score.
     keep = visible & ((s > threshold) | (dist < local_window))
     keep_f = keep.to(tl.float32)
@@ -56,16 +60,41 @@ def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, loca
 
 
 @triton.jit
-def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, K, V, k_base, v_base, sks, svs,
-               SQ, SK, scale, threshold, local_window, sliding_window,
-               BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr):
+def _key_segments(SEGK, b, offs_n, SK, HAS_SEG: tl.constexpr):
+    """The document ids of the keys ``offs_n`` (-1 beyond SK); unused without segments."""
+    if HAS_SEG:
+        seg_k = tl.load(SEGK + b * SK + offs_n, mask=offs_n < SK, other=-1)
+    else:
+        seg_k = offs_n
+    return seg_k
+
+
+@triton.jit
+def _query_segments(SEGQ, QSTART, b, offs_m, first, SQ, SK, BN: tl.constexpr, HAS_SEG: tl.constexpr):
+    """The document ids and starts of the query rows ``offs_m`` (-1 and SK beyond SQ), and ``first`` raised to
+    the key block of the earliest start: no row keeps a key left of it."""
+    if HAS_SEG:
+        seg_q = tl.load(SEGQ + b * SQ + offs_m, mask=offs_m < SQ, other=-1)
+        q_start = tl.load(QSTART + b * SQ + offs_m, mask=offs_m < SQ, other=SK)
+        first = tl.maximum(first, tl.min(q_start, 0) // BN)
+    else:
+        seg_q = offs_m
+        q_start = offs_m
+    return seg_q, q_start, first
+
+
+@triton.jit
+def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, seg_q, K, V, SEGK, b, k_base,
+               v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window,
+               BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr):
     """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry."""
     offs_n = block * BN + tl.arange(0, BN)
     kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
     k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window,
-                              sliding_window, BN, DOT_SCAN, IEEE)
+    seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
+    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold,
+                              local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
     m_new = tl.maximum(m_i, tl.max(z2, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -84,11 +113,11 @@ def _first_block(first_pos, sliding_window, BN: tl.constexpr):
 
 @triton.jit
 def tra_fwd_kernel(
-    Q, K, V, G, SMAX, O, LSE, CNT, KSTART,
+    Q, K, V, G, SMAX, O, LSE, CNT, KSTART, SEGK, SEGQ, QSTART,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
     H, SQ, SK, scale, threshold, tau2, local_window, sliding_window,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-    PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
+    PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -110,6 +139,7 @@ def tra_fwd_kernel(
     v_base = b * svb + h * svh
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1  # up to the diagonal
     first = _first_block(pid_m * BM + SK - SQ, sliding_window, BN)  # key blocks below it: outside every window
+    seg_q, q_start, first = _query_segments(SEGQ, QSTART, b, offs_m, first, SQ, SK, BN, HAS_SEG)
     if PRUNE:  # a while loop that stops early (Triton does not software-pipeline it)
         smax2 = tl.load(SMAX + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
         # -log2(1 - 2^g2), the geometric tail of the bound; clamped at 126 when g = 0 (no
@@ -119,19 +149,21 @@ def tra_fwd_kernel(
         running = n_blocks > first
         while running:
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
-                                              q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
-                                              local_window, sliding_window, BN, DOT_SCAN, IEEE)
+                                              q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ, SK, scale,
+                                              threshold, local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
             it += 1
             # Unvisited kept keys have counts carry + 1, carry + 2, ... and scores <= smax.
             bound = smax2 + g2 * (carry + 1.0) - m_i + tail2
             done = (offs_m >= SQ) | ((m_i > float("-inf")) & (bound < -tau2))
+            if HAS_SEG:  # rows whose document starts at or right of the lowest visited key have no keys left
+                done = done | (q_start >= (n_blocks - it) * BN)
             running = (it < n_blocks - first) & (tl.min(done.to(tl.int32), 0) == 0)
         k_start = n_blocks - it
     else:  # a plain for loop, so that Triton pipelines the key/value loads
         for it in range(0, n_blocks - first):
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
-                                              q_pos, K, V, k_base, v_base, sks, svs, SQ, SK, scale, threshold,
-                                              local_window, sliding_window, BN, DOT_SCAN, IEEE)
+                                              q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ, SK, scale,
+                                              threshold, local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
         k_start = first
     has_key = l_i > 0
     safe_l = tl.where(has_key, l_i, 1.0)
@@ -146,11 +178,11 @@ def tra_fwd_kernel(
 
 @triton.jit
 def tra_bwd_kernel(
-    Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG,
+    Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG, SEGK, SEGQ, QSTART,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     H, SQ, SK, scale, threshold, local_window, sliding_window, n_fwd_blocks,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, FWD_BM: tl.constexpr,
-    DOT_SCAN: tl.constexpr, IEEE: tl.constexpr,
+    DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -172,16 +204,18 @@ def tra_bwd_kernel(
     carry = tl.zeros([BM], tl.float32)
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1
     # The lowest key block visited by the forward query block that holds these rows (BM | FWD_BM); blocks
-    # below this program's own first block are outside the sliding window of all its rows.
+    # below this program's own first block are outside the sliding window or the documents of all its rows.
     k_start = tl.load(KSTART + bh * n_fwd_blocks + (pid_m * BM) // FWD_BM)
     k_start = tl.maximum(k_start, _first_block(pid_m * BM + SK - SQ, sliding_window, BN))
+    seg_q, q_start, k_start = _query_segments(SEGQ, QSTART, b, offs_m, k_start, SQ, SK, BN, HAS_SEG)
     for it in range(0, n_blocks - k_start):
         offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
         kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
         k = tl.load(K + b * skb + h * skh + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, SQ, SK, scale, threshold, local_window,
-                                  sliding_window, BN, DOT_SCAN, IEEE)
+        seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
+        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold,
+                                  local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
         p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
         ds = p * (_dot(do, tl.trans(v), IEEE) - delta[:, None])  # gradient of the natural-log logits
         dg += tl.sum(ds * count, 1)

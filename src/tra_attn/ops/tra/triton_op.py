@@ -12,6 +12,7 @@ import torch
 import triton
 
 from .chunked import score_bound
+from .segments import Segments, segments_of
 from .triton_kernels import tra_bwd_kernel, tra_fwd_kernel
 
 # Per padded head dim: the key-block width BN (shared, so that both passes visit the same key blocks
@@ -39,10 +40,26 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _segment_args(segments: Segments | None, dummy: torch.Tensor) -> tuple:
+    """The kernels' SEGK, SEGQ, QSTART pointers (an unread int32 tensor without segments) and HAS_SEG."""
+    return (*(segments or (dummy,) * 3), segments is not None)
+
+
 def forward_stats(
-    q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None, local_window=0, sliding_window=0
+    q,
+    k,
+    v,
+    log_gate,
+    scale: float,
+    threshold: float,
+    prune_tau: float | None = None,
+    local_window=0,
+    sliding_window=0,
+    segments: Segments | None = None,
 ):
-    """Run the forward kernel: (out, lse, kept keys per row, lowest key block visited per query block)."""
+    """Run the forward kernel: (out, lse, kept keys per row, lowest key block visited per query block).
+
+    ``segments`` as ``segments.segments_of`` gives them (or None): keys are kept only in the query's document."""
     b, h, sq, d = q.shape
     sk = k.shape[2]
     bd = block_d(d)
@@ -57,13 +74,14 @@ def forward_stats(
     grid = (triton.cdiv(sq, bm), b * h)
     k_start = torch.empty((b * h, grid[0]), dtype=torch.int32, device=q.device)
     tau2 = (prune_tau if prune else 0.0) * math.log2(math.e)
+    *seg, has_seg = _segment_args(segments, k_start)
     # fmt: off
     tra_fwd_kernel[grid](
-        q, k, v, gate, smax, out, lse, count, k_start,
+        q, k, v, gate, smax, out, lse, count, k_start, *seg,
         *_strides(q), *_strides(k), *_strides(v), *_strides(out),
         h, sq, sk, scale, threshold, tau2, local_window, sliding_window,
         D=d, BLOCK_D=bd, BM=bm, BN=bn, PRUNE=prune, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
-        num_warps=warps, num_stages=stages,
+        HAS_SEG=has_seg, num_warps=warps, num_stages=stages,
     )
     # fmt: on
     return out, lse, count, k_start
@@ -71,10 +89,10 @@ def forward_stats(
 
 class TritonTRA(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None, windows):
-        out, lse, _, k_start = forward_stats(q, k, v, log_gate, scale, threshold, prune_tau, *windows)
+    def forward(ctx, q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None, windows, segments):
+        out, lse, _, k_start = forward_stats(q, k, v, log_gate, scale, threshold, prune_tau, *windows, segments)
         ctx.save_for_backward(q, k, v, log_gate, out, lse, k_start)
-        ctx.scale, ctx.threshold, ctx.windows = scale, threshold, windows
+        ctx.scale, ctx.threshold, ctx.windows, ctx.segments = scale, threshold, windows, segments
         return out
 
     @staticmethod
@@ -93,23 +111,37 @@ class TritonTRA(torch.autograd.Function):
         dv = torch.zeros((b, h, sk, d), dtype=torch.float32, device=q.device)
         dgate = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
         grid = (triton.cdiv(sq, bm), b * h)
+        *seg, has_seg = _segment_args(ctx.segments, k_start)
         # fmt: off
         tra_bwd_kernel[grid](
-            q, k, v, log_gate.float().contiguous(), grad_out, lse, delta, k_start, dq, dk, dv, dgate,
+            q, k, v, log_gate.float().contiguous(), grad_out, lse, delta, k_start, dq, dk, dv, dgate, *seg,
             *_strides(q), *_strides(k), *_strides(v), *_strides(grad_out),
             h, sq, sk, ctx.scale, ctx.threshold, *ctx.windows, k_start.shape[1],
             D=d, BLOCK_D=bd, BM=bm, BN=bn, FWD_BM=fwd_bm, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
-            num_warps=warps, num_stages=stages,
+            HAS_SEG=has_seg, num_warps=warps, num_stages=stages,
         )
         # fmt: on
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dgate.to(log_gate.dtype), None, None, None, None
+        grads = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dgate.to(log_gate.dtype)
+        return *grads, None, None, None, None, None
 
 
 def tra_triton(
-    q, k, v, log_gate, scale: float, threshold: float, prune_tau: float | None = None, local_window=0, sliding_window=0
+    q,
+    k,
+    v,
+    log_gate,
+    scale: float,
+    threshold: float,
+    prune_tau: float | None = None,
+    local_window=0,
+    sliding_window=0,
+    segment_ids=None,
 ):
-    """Fused TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype."""
+    """Fused TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype.
+
+    ``segment_ids`` (B, Sk) int32 (``ops/varlen.py``, or None): keys are kept only within the query's document."""
     if q.numel() == 0:  # no program to launch: an empty output that still joins the graph
         return q * 0
     windows = (int(local_window), int(sliding_window))
-    return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau, windows)
+    segments = segments_of(segment_ids, q.shape[2])
+    return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau, windows, segments)

@@ -1,0 +1,116 @@
+"""lm-evaluation-harness, the client researchers compare language models with, runs a converted model as it
+is: ``lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True`` on two tiny local tasks (YAML
+over a JSONL file, offline), for TRA and FoX. Its log-likelihoods are the library's own loss, and its greedy
+generation the library's decoding. Skipped without lm-eval (the ``test`` and ``eval`` extras install it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("lm_eval")
+
+from tra_attn import ModelConfig, TransformerLM  # noqa: E402
+from tra_attn.data.text import make_tokenizer  # noqa: E402
+from tra_attn.hf import hf_tokenizer, to_hf  # noqa: E402
+
+DOCS = [
+    {"context": "It is a truth universally", "choices": ["acknowledged", "denied"], "label": 0},
+    {"context": "Emma Woodhouse, handsome, clever, and", "choices": ["rich", "poor"], "label": 0},
+]
+
+TASKS = """
+task: tra_choice
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+  cache_dir: {cache}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{context}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+---
+task: tra_generate
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+  cache_dir: {cache}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{choices[label]}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  do_sample: false
+  max_gen_toks: 12
+metric_list:
+  - metric: exact_match
+"""
+
+
+def library_loglikelihood(model: TransformerLM, tokenizer, context: str, continuation: str) -> float:
+    """log p(continuation | context) from the library's own per-token loss."""
+    context_ids, ids = tokenizer.encode(context), tokenizer.encode(context + continuation)
+    ids = torch.tensor([ids])
+    loss = model(ids[:, :-1], labels=ids[:, 1:])  # (1, S) nats per token
+    return -loss[0, len(context_ids) - 1 :].double().sum().item()
+
+
+@pytest.mark.slow  # about 13 s of CPU each: lm-eval's import and its index of every built-in task
+@pytest.mark.parametrize("kind", ["tra", "fox"])
+def test_lm_eval_cli_scores_and_generates_with_the_library_model(kind, tmp_path):
+    torch.manual_seed(0)
+    tokenizer = make_tokenizer("byte")
+    config = ModelConfig(
+        vocab_size=256, d_model=32, n_layers=2, n_heads=2, attention=kind, init_std=0.3, tokenizer=tokenizer.describe()
+    )
+    model = TransformerLM(config).eval()  # far from uniform predictions: the comparison means something
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "docs.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in DOCS))
+    for number, text in enumerate(TASKS.split("---")):
+        (tasks / f"task{number}.yaml").write_text(text.format(data=tasks / "docs.jsonl", cache=tmp_path / "ds"))
+    home = tmp_path / "hf_home"  # transformers copies remote_code.py under it; datasets caches there too
+    env = {**os.environ, "HF_HOME": str(home), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "lm_eval", "--model", "hf"]
+    argv += [
+        "--model_args",
+        f"pretrained={tmp_path / 'hf'},trust_remote_code=True",
+        "--tasks",
+        "tra_choice,tra_generate",
+    ]
+    argv += ["--include_path", str(tasks), "--batch_size", "1", "--device", "cpu"]
+    argv += ["--output_path", str(tmp_path / "out"), "--log_samples"]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def samples(task: str) -> list[dict]:
+        (path,) = (tmp_path / "out").rglob(f"samples_{task}_*.jsonl")
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    choice = samples("tra_choice")  # the CLI's log: each request's arguments and (log-likelihood, is greedy)
+    assert len(choice) == len(DOCS)
+    for sample in choice:
+        for request, response in zip(sample["arguments"].values(), sample["resps"]):
+            context, continuation = request["arg_0"], request["arg_1"]
+            assert continuation.startswith(" ")  # lm-eval's target delimiter
+            expected = library_loglikelihood(model, tokenizer, context, continuation)
+            assert float(response[0][0]) == pytest.approx(expected, abs=1e-5, rel=0)
+    hf = hf_tokenizer("byte")
+    for sample in samples("tra_generate"):
+        ids = torch.tensor([tokenizer.encode(sample["doc"]["context"])])
+        greedy = model.generate(ids, 12, temperature=0)[0, ids.shape[1] :].tolist()
+        assert sample["resps"][0][0] == hf.decode(greedy).split("\n")[0]
