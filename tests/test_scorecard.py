@@ -73,7 +73,13 @@ def test_scorecard_checks_every_bar(folders):
     ]
     fox, good, bad = table
     assert fox["met"] is None and fox["cells"][3] == "1/2"
-    assert good["met"] is True and good["cells"] == ["+0.40% / -0.50%", "0.995", "0.995", "2/2"]
+    assert good["met"] is True and good["cells"] == [
+        "+0.40% / -0.50%",
+        "0.995 (2/2 seeds exact)",
+        "0.995 (2/2 seeds exact)",
+        "2/2",
+    ]
+    assert bad["cells"][1:3] == ["0.980 (1/2 seeds exact)", "0.500 (1/2 seeds exact)"]
     assert bad["passed"] == [False, False, False, False] and bad["met"] is False
     assert sources["mqar, 100 steps: seeds fitted"]["good"] == suite / "mqar"
     # a looser bar at the longest length lets a small gap there pass
@@ -103,7 +109,10 @@ def test_scorecard_command_writes_the_page(folders, tmp_path, capsys):
     argv += ["--exact-longest", str(suite / "majority"), "--fits", str(suite / "mqar"), "--markdown", str(page)]
     assert main(argv) == 0
     written = page.read_text()
-    assert "| good | +0.40% / -0.50% ✓ | 0.995 ✓ | 0.995 ✓ | 2/2 ✓ | **yes** |" in written
+    assert (
+        "| good | +0.40% / -0.50% ✓ | 0.995 (2/2 seeds exact) ✓ | 0.995 (2/2 seeds exact) ✓ | 2/2 ✓ | **yes** |"
+        in written
+    )
     assert "| bad |" in written and "Command: `tra scorecard --candidates good bad" in written
 
 
@@ -117,3 +126,19 @@ def test_two_step_caps_of_one_task_are_two_columns(folders, tmp_path):
     columns, table, _ = scorecard(["good"], "fox", fits=[suite / "mqar", longer])
     assert columns == ["mqar, 100 steps: seeds fitted", "mqar, 300 steps: seeds fitted"]
     assert table[1]["cells"] == ["2/2", "1/2"] and table[1]["passed"] == [True, False]
+
+
+def test_the_committed_scorecard_page_rebuilds_from_the_committed_rows(tmp_path, monkeypatch, capsys):
+    """results/tra_one_config.md is what its own command prints from the committed rows."""
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    committed = (root / "results" / "tra_one_config.md").read_text()
+    command = committed.splitlines()[2].removeprefix("Command: `").removesuffix("`  ")
+    argv = shlex.split(command)[1:]
+    argv[argv.index("--markdown") + 1] = str(tmp_path / "page.md")
+    monkeypatch.chdir(root)
+    assert main([*argv, "--command", command]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "page.md").read_text() == committed
