@@ -86,7 +86,7 @@ def test_padded_batches_compute_and_generate_each_row_alone(kind):
     prompts = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3, 5, 8, 9]]
     alone = [wrapper(torch.tensor([p])).logits[0] for p in prompts]
     for side in ("left", "right"):
-        ids, mask = padded(prompts, side)
+        ids, mask = padded(prompts, side, pad=10_000)  # a pad id outside the vocabulary (lm-eval adds one)
         out = wrapper(ids, attention_mask=mask, labels=ids, use_cache=False)
         for row in range(len(prompts)):
             torch.testing.assert_close(out.logits[row][mask[row].bool()], alone[row])
@@ -94,7 +94,7 @@ def test_padded_batches_compute_and_generate_each_row_alone(kind):
         targets = torch.tensor([t for p in prompts for t in p[1:]])
         expected = F.cross_entropy(torch.cat([a[:-1] for a in alone]), targets)
         torch.testing.assert_close(out.loss, expected)
-    ids, mask = padded(prompts, "left")
+    ids, mask = padded(prompts, "left", pad=10_000)
     for use_cache in (True, False):
         batched = wrapper.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, use_cache=use_cache)
         for row, p in enumerate(prompts):

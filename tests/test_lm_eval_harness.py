@@ -92,7 +92,7 @@ def test_lm_eval_cli_scores_and_generates_with_the_library_model(kind, tmp_path)
         "--tasks",
         "tra_choice,tra_generate",
     ]
-    argv += ["--include_path", str(tasks), "--batch_size", "1", "--device", "cpu"]
+    argv += ["--include_path", str(tasks), "--batch_size", "2", "--device", "cpu"]
     argv += ["--output_path", str(tmp_path / "out"), "--log_samples"]
     result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

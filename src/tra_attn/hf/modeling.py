@@ -107,17 +107,19 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
         ``attention_mask``: 1 for a token, 0 for padding, left or right padding (docs/padding_and_packing.md);
         (B, S), or with a cache (B, past + S) as ``generate`` passes it, of which only the last S columns are
         read (the cache keeps its own segment ids). A padded row computes what it computes alone, and labels
-        whose target is padding are ignored. Token ids are range-checked when the cache is empty (the prompt),
-        not at every decoding step.
+        whose target is padding are ignored; the ids under padding are never read (any pad id will do). Token
+        ids are range-checked when the cache is empty (the prompt), not at every decoding step.
         """
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("TRAForCausalLM: inputs_embeds is not supported; expected input_ids")
         if input_ids is None:
             raise ValueError("TRAForCausalLM: input_ids is None; expected a (batch, seq) tensor of token ids")
         past = 0 if cache is None else cache.get_seq_length()
+        attention_mask = self.new_part(attention_mask, input_ids, past)
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
+            input_ids = input_ids.masked_fill(attention_mask == 0, 0)  # a pad id (clients add one) is never read
         if not past:  # ids outside the vocabulary: the native model's clear error
             self.model.check_input_ids(input_ids)
-        attention_mask = self.new_part(attention_mask, input_ids, past)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None and not self.training:
             cache = TRACache(self.config.n_layers)
