@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from tra_attn.data.text import find_corpora_dir
 from tra_attn.models import IGNORE_INDEX
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "packing_throughput.py"
@@ -79,7 +78,6 @@ def test_arguments_are_checked(bench, capsys):
     assert "--methods: method 'nonesuch'; expected a name from" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(find_corpora_dir() is None, reason="needs the austen corpora (../shared/corpora)")
 def test_paragraphs_are_a_seeded_sample_within_the_budget(bench):
     documents = bench.paragraphs(None, tokens=3000, seed=1)
     assert sum(len(d) for d in documents) in (2999, 3000) and all(len(d) >= 2 for d in documents)
@@ -89,8 +87,6 @@ def test_paragraphs_are_a_seeded_sample_within_the_budget(bench):
     assert not np.array_equal(bench.paragraphs(None, tokens=3000, seed=2)[0], documents[0])
 
 
-# Needs TransformerLM.forward(attention_mask=, segment_ids=) (issue 20, the model's branch).
-@pytest.mark.skipif(find_corpora_dir() is None, reason="needs the austen corpora (../shared/corpora)")
 def test_a_tiny_run_writes_its_page(bench, tmp_path):
     out = tmp_path / "packing.md"
     argv = ["--methods", "tra", "fox", "--length", "32", "--tokens", "400", "--model", "16", "1", "2"]
