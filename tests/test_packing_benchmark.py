@@ -87,7 +87,6 @@ def test_paragraphs_are_a_seeded_sample_within_the_budget(bench):
     assert not np.array_equal(bench.paragraphs(None, tokens=3000, seed=2)[0], documents[0])
 
 
-# Needs TransformerLM.forward(attention_mask=, segment_ids=) (issue 20, the model's branch).
 def test_a_tiny_run_writes_its_page(bench, tmp_path):
     out = tmp_path / "packing.md"
     argv = ["--methods", "tra", "fox", "--length", "32", "--tokens", "400", "--model", "16", "1", "2"]
