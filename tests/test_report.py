@@ -90,6 +90,7 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         ("suite_cpu_cap3000", "![accuracy"),
         ("suite_cap_pilot", "![accuracy"),
         ("tra_one_config_hierarchy3000", "![accuracy"),
+        ("tra_one_config_majority6", "![accuracy"),
         ("tra_local_context_text", "![bits per byte"),
         ("tra_local_context_flipflop", "![accuracy"),
         ("tra_local_context_suite", "![accuracy"),
