@@ -67,7 +67,7 @@ def test_padded_and_packed_batches_compute_each_document_alone(kind, options):
         alone = [model(x[None])[0] for x in ids]
         alone_loss = [model(x[None], labels=y[None])[0] for x, y in zip(ids, labels)]
         for side in ("left", "right"):
-            batch, mask = padded(ids, side)
+            batch, mask = padded(ids, side, fill=10_000)  # a pad id outside the vocabulary is never read
             targets, _ = padded(labels, side, fill=-100)
             logits = model(batch, attention_mask=mask)
             loss = model(batch, labels=targets, attention_mask=mask)

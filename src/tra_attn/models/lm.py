@@ -124,6 +124,8 @@ class TransformerLM(nn.Module):
         """The hidden states and the (B, S) segment ids of the new tokens (None: one document per row)."""
         self._check_shape(input_ids)
         keys = forward_segment_ids(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
+        if attention_mask is not None:  # the ids under padding are never read: any pad id will do
+            input_ids = input_ids.masked_fill(attention_mask == 0, 0)
         x = self.dropout(self.embed(as_index(input_ids)))
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], keys)
