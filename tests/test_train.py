@@ -175,9 +175,13 @@ def test_gradient_accumulation_gives_the_gradient_of_the_whole_batch():
         assert torch.allclose(whole, grads[1][name], rtol=1e-5, atol=1e-7), name
 
 
-def test_a_checkpoint_written_by_version_0_1_resumes_bit_identically(tmp_path):
+def test_a_checkpoint_written_by_version_0_1_resumes_bit_identically(tmp_path, request):
     """The fixture is the step-2 checkpoint of a 0.1.0 run (dropout 0.1); 0.1.0 itself went on to the
-    step-4 weights in v0_1_step4_expected.safetensors."""
+    step-4 weights in v0_1_step4_expected.safetensors. It ran with 2 CPU threads, and the thread count
+    sets the order of fp32 sums: the resumed run uses 2 threads too, whatever this machine's default."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "v0_1_run", run)
     saved = json.loads((run / "train_config.json").read_text())
