@@ -179,7 +179,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3, help="epochs per method and layout (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="which paragraphs (default: 0)")
-    parser.add_argument("--data-dir", help="folder of the austen_*.txt.gz files (default: found)")
+    parser.add_argument("--data-dir", help="folder of your own austen_*.txt.gz files (default: the shipped novels)")
     parser.add_argument("--out", type=Path, help="write a Markdown page here (default: print only)")
     args = parser.parse_args(argv)
     for name in ("length", "batch_size", "tokens", "repeats"):

@@ -194,21 +194,11 @@ def _span(available: int, tokens: int | None, offset: int | None) -> tuple[int, 
     return offset, end
 
 
-def evaluate_lm(
-    checkpoint,
-    factors=FACTORS,
-    stride: int | None = None,
-    tokens: int | None = None,
-    buckets: int = 8,
-    device: str = "cpu",
-    text=None,
-    offset: int | None = None,
-    length: int | None = None,
-) -> list[dict]:
-    """Rows for a language model at each factor x training length (``prepare_lm_eval`` says which model,
-    text and span): non-overlapping windows (split 'non_overlapping') and, with ``stride``, sliding windows
-    (split 'sliding')."""
-    return prepare_lm_eval(checkpoint, factors, stride, tokens, buckets, device, text, offset, length).rows()
+def evaluate_lm(checkpoint, **options) -> list[dict]:
+    """Rows for a language model at each factor x training length (``prepare_lm_eval`` takes the same keyword
+    options and says which model, text and span): non-overlapping windows (split 'non_overlapping') and, with
+    ``stride``, sliding windows (split 'sliding')."""
+    return prepare_lm_eval(checkpoint, **options).rows()
 
 
 def print_table(rows: list[dict]) -> None:
