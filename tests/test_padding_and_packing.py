@@ -120,7 +120,7 @@ def test_left_padded_prompts_generate_what_each_prompt_alone_generates(kind, opt
     with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
         model.lm_head.weight.mul_(20)
     prompts, _ = documents(seed=2)
-    batch, mask = padded(prompts, "left", fill=5)
+    batch, mask = padded(prompts, "left", fill=10_000)  # a pad id outside the vocabulary: never read
     width = batch.shape[1]
     for use_cache in (True, False):
         out = model.generate(batch, 6, temperature=0, use_cache=use_cache, attention_mask=mask)

@@ -20,7 +20,6 @@ from ..layers.alibi import ALiBiAttention
 from ..models import IGNORE_INDEX, TransformerLM
 from ..models.loss import outside_documents, token_cross_entropy
 from ..ops.alibi import alibi_slopes
-from ..ops.varlen import segment_ids_from
 from .configuration import TRAConfig
 
 
@@ -116,23 +115,18 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
             raise ValueError("TRAForCausalLM: input_ids is None; expected a (batch, seq) tensor of token ids")
         past = 0 if cache is None else cache.get_seq_length()
         attention_mask = self.new_part(attention_mask, input_ids, past)
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
-            input_ids = input_ids.masked_fill(attention_mask == 0, 0)  # a pad id (clients add one) is never read
-        if not past:  # ids outside the vocabulary: the native model's clear error
-            self.model.check_input_ids(input_ids)
+        if not past:  # ids outside the vocabulary (but under padding: never read): the native model's clear error
+            self.model.check_input_ids(input_ids, attention_mask)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None and not self.training:
             cache = TRACache(self.config.n_layers)
         elif not use_cache:
             cache = None
-        hidden = self.model.hidden_states(input_ids, cache, attention_mask=attention_mask)
+        hidden, segments = self.model.hidden_states_and_segments(input_ids, cache, attention_mask=attention_mask)
         loss = None
         if labels is not None:
             shifted = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-            if attention_mask is not None:  # no target in the padding is scored (the model checked the mask)
-                segments = segment_ids_from(
-                    *input_ids.shape, input_ids.device, key_padding_mask=attention_mask, check_values=False
-                )
+            if segments is not None:  # no target in the padding is scored
                 shifted = shifted.masked_fill(outside_documents(segments), IGNORE_INDEX)
             per_token = token_cross_entropy(hidden, self.model.lm_head, shifted)
             loss = per_token.sum() / (shifted != IGNORE_INDEX).sum().clamp(min=1)

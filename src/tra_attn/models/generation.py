@@ -27,7 +27,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, gen
 def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, attention_mask=None) -> None:
     """Validate once, at the boundary: token ids in range, a non-empty prompt, sane sampling options, and a
     padding mask (if any) that pads on the left."""
-    model.check_input_ids(input_ids)
+    model.check_input_ids(input_ids, attention_mask)
     if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
         raise ValueError(
             f"generate: input_ids shape = {tuple(input_ids.shape)}; expected a prompt of at least one token "

@@ -118,10 +118,13 @@ class TransformerLM(nn.Module):
         segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Final normalised hidden states (B, S, d_model), before the output head (arguments: ``forward``)."""
-        return self._hidden_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)[0]
+        return self.hidden_states_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)[0]
 
-    def _hidden_and_segments(self, input_ids, cache, attention_mask, cu_seqlens, segment_ids):
-        """The hidden states and the (B, S) segment ids of the new tokens (None: one document per row)."""
+    def hidden_states_and_segments(
+        self, input_ids, cache=None, attention_mask=None, cu_seqlens=None, segment_ids=None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The hidden states and the (B, S) segment ids of the new tokens (None: one document per row), which
+        say which labels a loss ignores (``models.loss.outside_documents``); arguments as for ``forward``."""
         self._check_shape(input_ids)
         keys = forward_segment_ids(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
         if attention_mask is not None:  # the ids under padding are never read: any pad id will do
@@ -154,7 +157,7 @@ class TransformerLM(nn.Module):
         ``cache`` these describe the new tokens only; without them new tokens continue each row's last
         document. The checks read the data (a host synchronisation), once per forward.
         """
-        hidden, segments = self._hidden_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
+        hidden, segments = self.hidden_states_and_segments(input_ids, cache, attention_mask, cu_seqlens, segment_ids)
         if labels is None:
             return self.lm_head(hidden)
         return token_cross_entropy(hidden, self.lm_head, labels, segments)
@@ -174,9 +177,12 @@ class TransformerLM(nn.Module):
                 "of at least one token"
             )
 
-    def check_input_ids(self, input_ids) -> None:
-        """Shape, dtype and id range of a batch of token ids (syncs with the device: call it at data boundaries)."""
+    def check_input_ids(self, input_ids, attention_mask=None) -> None:
+        """Shape, dtype and id range of a batch of token ids (syncs with the device: call it at data boundaries).
+        The ids under an ``attention_mask``'s padding are not checked: the forward never reads them."""
         self._check_shape(input_ids)
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.shape == input_ids.shape:
+            input_ids = input_ids.masked_fill(attention_mask == 0, 0)
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(
