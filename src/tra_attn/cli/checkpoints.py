@@ -15,7 +15,7 @@ def cmd_eval(args) -> None:
         cmd_eval_text(args)
         return
     from ..training.evaluation import evaluate_checkpoint
-    from ..utils.jsonl import write_jsonl
+    from ..utils.rows import write_rows
 
     if args.out:
         check_output_file(args.out, "--out")
@@ -29,7 +29,7 @@ def cmd_eval(args) -> None:
     )
     if args.out:
         with writing("result rows", args.out):
-            write_jsonl(args.out, rows)
+            write_rows(args.out, rows)
     table: dict[tuple, dict] = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
