@@ -78,6 +78,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(d_model, d_model, bias=True)
         self.attention_dropout = attention_dropout
         self.takes_segment_ids = "segment_ids" in inspect.signature(self.attend).parameters
+        self.auxiliary_loss: torch.Tensor | None = None  # a training-only loss term a kind may set in its forward
 
     def logit_dropout(self) -> float:
         """Dropout probability on the pre-softmax logits: ``attention_dropout`` in training, else 0."""

@@ -101,6 +101,12 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
             block.attn.post_init()
 
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """The sum of the loss terms the attention layers set in the last training forward (a kind's regulariser),
+        or None when none did; the training loop adds it to the task's loss."""
+        terms = [block.attn.auxiliary_loss for block in self.blocks if block.attn.auxiliary_loss is not None]
+        return torch.stack(terms).sum() if terms else None
+
     def set_train_step(self, step: int) -> None:
         """Before the training forwards of optimizer step ``step``: every submodule with an ``on_train_step``
         hook learns the step (TRA's threshold warm-up). Evaluation forwards are not affected."""

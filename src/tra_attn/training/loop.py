@@ -42,6 +42,7 @@ from .config import TrainConfig, check_device
 from .distributed import Processes, join, leave
 from .divergence import DivergenceWatch
 from .interrupt import Interrupted, deferred_interrupts
+from .length_spread import spread_batch
 from .metrics_log import METRICS_NAME, MetricsLog
 from .optim import learning_rate
 from .resume import restore
@@ -57,8 +58,12 @@ def batch_seed(seed: int, step: int) -> int:
 
 
 def training_batch(task: Task, config: TrainConfig, step: int) -> TaskBatch:
-    """The global batch of ``step``: the same for any accumulation (or, later, any number of processes)."""
-    return task.sample(config.batch_size, config.length, batch_seed(config.seed, step))
+    """The global batch of ``step``: the same for any accumulation (or, later, any number of processes); with
+    ``length_spread``, rows of packed documents of varied length (``length_spread.py``)."""
+    seed = batch_seed(config.seed, step)
+    if config.length_spread:
+        return spread_batch(task, config.batch_size, config.length, seed, config.length_spread)
+    return task.sample(config.batch_size, config.length, seed)
 
 
 def inputs_and_labels(batch: TaskBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,7 +120,11 @@ def accumulate_gradients(
             with autocast(config):
                 per_token = model(x, labels=y, **extra)
             loss = per_token.sum() / max(scored, 1)
-            (loss * processes.world_size).backward()
+            objective = loss
+            auxiliary = getattr(model, "module", model).auxiliary_loss()  # DDP wraps the model, FSDP2 does not
+            if auxiliary is not None:  # a mean over this micro-batch's rows: weighted by its share of the batch
+                objective = loss + auxiliary * (len(x) / config.batch_size)
+            (objective * processes.world_size).backward()
         total += loss.detach()
     return total
 
