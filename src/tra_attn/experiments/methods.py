@@ -262,6 +262,21 @@ for _family in (
                  options=lambda w, tau: {"local_window": w, "keep_surrogate": tau},
                  description=lambda w, tau: f"tra_local{w} trained with the keep surrogate of temperature {tau:g} "
                  "(the two mechanisms together)"),
+    # The fixes of issue 30 on top of tra_local{w}_surrogate{tau}: varied training lengths, a keep penalty, and
+    # a shifted training threshold.
+    MethodFamily("tra_local{w}_surrogate{tau}_spread{s}", "tra", {"w": int, "tau": float, "s": float},
+                 options=lambda w, tau, s: {"local_window": w, "keep_surrogate": tau},
+                 train=lambda w, tau, s: {"length_spread": s},
+                 description=lambda w, tau, s: f"tra_local{w}_surrogate{format_value(tau)} trained on packed "
+                 f"documents of lengths in [{1 - s:g}, 1] x the training length"),
+    MethodFamily("tra_local{w}_surrogate{tau}_penalty{p}", "tra", {"w": int, "tau": float, "p": float},
+                 options=lambda w, tau, p: {"local_window": w, "keep_surrogate": tau, "keep_penalty": p},
+                 description=lambda w, tau, p: f"tra_local{w}_surrogate{format_value(tau)} with a keep penalty of "
+                 f"weight {p:g} (margin 0.5 below the threshold)"),
+    MethodFamily("tra_local{w}_surrogate{tau}_shift{t}", "tra", {"w": int, "tau": float, "t": float},
+                 options=lambda w, tau, t: {"local_window": w, "keep_surrogate": tau, "threshold_shift": t},
+                 description=lambda w, tau, t: f"tra_local{w}_surrogate{format_value(tau)} trained with the "
+                 f"threshold shifted by {t:g}"),
     MethodFamily("tra_surrogate{tau}", "tra", {"tau": float}, options=lambda tau: {"keep_surrogate": tau},
                  description=lambda tau: f"a sigmoid straight-through gradient for the keep decision at temperature "
                  f"{tau:g} in training (keys near the threshold get gradient); the forward pass stays exact"),
