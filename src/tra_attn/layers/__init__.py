@@ -19,6 +19,7 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .stickbreaking import StickBreakingAttention, StickBreakingOptions
 from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
@@ -31,6 +32,7 @@ register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
+register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -48,6 +50,8 @@ __all__ = [
     "NoPEAttention",
     "RoPEAttention",
     "RoPEOptions",
+    "StickBreakingAttention",
+    "StickBreakingOptions",
     "TRAAttention",
     "TRAKeyGateAttention",
     "TRANoDistanceAttention",
