@@ -19,6 +19,7 @@ from tra_attn.layers import (
     KindOptions,
     NoOptions,
     RoPEOptions,
+    SSMaxOptions,
     StickBreakingOptions,
     TRAAttention,
     TRAOptions,
@@ -43,6 +44,7 @@ def test_every_kind_declares_its_options_and_only_those():
         "fox": FoXOptions,
         "cope": CoPEOptions,
         "stickbreaking": StickBreakingOptions,
+        "ssmax": SSMaxOptions,
     }
     assert TRANoThresholdOptions.names() == ["impl", "learned_temperature", "gate_bias_init"]
     assert "gate_bias_init" not in TRANoDistanceOptions.names() and "impl" not in TRAKeyGateOptions.names()

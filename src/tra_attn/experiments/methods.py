@@ -220,6 +220,7 @@ for _row in (
     Method("fox", "fox", "FoX", "#ff7f0e"),
     Method("cope", "cope", "CoPE", "#9467bd"),
     Method("stickbreaking", "stickbreaking", "stick-breaking", "#8c6d31"),
+    Method("ssmax", "ssmax", "SSMax", "#637939"),
     # Named variants whose wording pages already show (a family below covers the other values).
     Method("fox_paperblock", "fox", description="FoX in the authors' block (x = norm(x); x = x + f(x))",
            model={"block_style": "paper"}),

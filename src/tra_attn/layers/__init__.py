@@ -19,6 +19,7 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .ssmax import SSMaxAttention, SSMaxOptions
 from .stickbreaking import StickBreakingAttention, StickBreakingOptions
 from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
@@ -33,6 +34,7 @@ register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=Tr
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
 register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
+register_attention(AttentionKind("ssmax", SSMaxAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -50,6 +52,8 @@ __all__ = [
     "NoPEAttention",
     "RoPEAttention",
     "RoPEOptions",
+    "SSMaxAttention",
+    "SSMaxOptions",
     "StickBreakingAttention",
     "StickBreakingOptions",
     "TRAAttention",
