@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.layers import (
+    ASEntmaxOptions,
     CoPEOptions,
     FoXOptions,
     KindOptions,
@@ -45,6 +46,7 @@ def test_every_kind_declares_its_options_and_only_those():
         "cope": CoPEOptions,
         "stickbreaking": StickBreakingOptions,
         "ssmax": SSMaxOptions,
+        "asentmax": ASEntmaxOptions,
     }
     assert TRANoThresholdOptions.names() == ["impl", "learned_temperature", "gate_bias_init"]
     assert "gate_bias_init" not in TRANoDistanceOptions.names() and "impl" not in TRAKeyGateOptions.names()

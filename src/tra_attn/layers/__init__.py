@@ -4,6 +4,7 @@ The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then th
 """
 
 from .alibi import ALiBiAttention
+from .asentmax import ASEntmaxAttention, ASEntmaxOptions
 from .base import Attention
 from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
@@ -35,10 +36,13 @@ register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
 register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
 register_attention(AttentionKind("ssmax", SSMaxAttention))
+register_attention(AttentionKind("asentmax", ASEntmaxAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
     "ALiBiAttention",
+    "ASEntmaxAttention",
+    "ASEntmaxOptions",
     "Attention",
     "AttentionKind",
     "CoPEAttention",
