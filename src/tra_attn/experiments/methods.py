@@ -219,6 +219,9 @@ for _row in (
     Method("alibi", "alibi", "ALiBi", "#2ca02c"),
     Method("fox", "fox", "FoX", "#ff7f0e"),
     Method("cope", "cope", "CoPE", "#9467bd"),
+    Method("stickbreaking", "stickbreaking", "stick-breaking", "#8c6d31"),
+    Method("ssmax", "ssmax", "SSMax", "#637939"),
+    Method("asentmax", "asentmax", "ASEntmax", "#17becf"),
     # Named variants whose wording pages already show (a family below covers the other values).
     Method("fox_paperblock", "fox", description="FoX in the authors' block (x = norm(x); x = x + f(x))",
            model={"block_style": "paper"}),
@@ -235,6 +238,8 @@ for _row in (
     Method("tra_surrogate1", "tra", description="tra_surrogate0.5 at temperature 1", options={"keep_surrogate": 1.0}),
     Method("tra_temperature", "tra", description="a learned per-head factor on the scores, initialised to 1",
            options={"learned_temperature": True}),
+    Method("entmax", "asentmax", "1.5-entmax", "#9edae5", options={"scaling": "none"},
+           description="alpha-entmax (alpha 1.5) without ASEntmax's length scaling: a fixed temperature"),
     Method("tra_warmup", "tra", description="threshold warm-up: every key kept at first, rising in 4 stages to the "
            "exact threshold 0 at step 150", options={"threshold_warmup": 150}),
 ):  # fmt: skip

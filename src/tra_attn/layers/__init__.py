@@ -4,6 +4,7 @@ The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then th
 """
 
 from .alibi import ALiBiAttention
+from .asentmax import ASEntmaxAttention, ASEntmaxOptions
 from .base import Attention
 from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
@@ -19,6 +20,8 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .ssmax import SSMaxAttention, SSMaxOptions
+from .stickbreaking import StickBreakingAttention, StickBreakingOptions
 from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
@@ -31,10 +34,15 @@ register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
+register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
+register_attention(AttentionKind("ssmax", SSMaxAttention))
+register_attention(AttentionKind("asentmax", ASEntmaxAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
     "ALiBiAttention",
+    "ASEntmaxAttention",
+    "ASEntmaxOptions",
     "Attention",
     "AttentionKind",
     "CoPEAttention",
@@ -48,6 +56,10 @@ __all__ = [
     "NoPEAttention",
     "RoPEAttention",
     "RoPEOptions",
+    "SSMaxAttention",
+    "SSMaxOptions",
+    "StickBreakingAttention",
+    "StickBreakingOptions",
     "TRAAttention",
     "TRAKeyGateAttention",
     "TRANoDistanceAttention",
