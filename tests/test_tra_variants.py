@@ -21,6 +21,7 @@ from tra_attn.experiments.methods import FAMILIES, METHODS, preset_lr, resolve_m
 from tra_attn.experiments.runs import check_methods
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
+from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
 from tra_attn.utils.rows import read_rows
@@ -114,6 +115,7 @@ def flat_model(model: dict) -> dict:
     model = {k: v for k, v in model.items() if k != "version"}
     options = model.pop("attention_options")
     flat = {k if k == "gate_bias_init" else f"tra_{k}": v for k, v in options.items()}
+    flat = {k: v for k, v in flat.items() if k in LEGACY_OPTIONS}  # the options 0.2 had
     return {**model, **flat, "rope_base": 1e4, "cope_max_pos": 64}
 
 
