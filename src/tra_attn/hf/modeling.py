@@ -81,14 +81,30 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, **kwargs):
         """Only the tokens the cache has not seen yet; the rest of the state lives in the cache (segment ids of
-        a padded prompt included). ``position_ids`` are not passed on: positions come from the mask."""
+        a padded prompt included). ``position_ids`` are not passed on: positions come from the mask.
+
+        A prompt padded on the right is refused (``check_left_padding``); after the prompt, the pad id fed to
+        rows that have finished is replaced by an id the model can embed (``fill_finished_rows``)."""
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("TRAForCausalLM.generate: inputs_embeds is not supported; expected input_ids")
+        past = 0 if cache is None else cache.get_seq_length()
+        prompt = kwargs.get("is_first_iteration") or (cache is not None and not past)
+        if prompt or cache is None:  # only the prompt can end in padding (generate appends 1s to the mask)
+            check_left_padding(attention_mask)
+        if not prompt:
+            input_ids = self.fill_finished_rows(input_ids)
         if cache is not None:
-            input_ids = input_ids[:, cache.get_seq_length() :]
+            input_ids = input_ids[:, past:]
         inputs = {"input_ids": input_ids, "cache": cache, "attention_mask": attention_mask}
         inputs.update(use_cache=kwargs.get("use_cache"), logits_to_keep=kwargs.get("logits_to_keep"))
         return inputs
+
+    def fill_finished_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` with every id outside the vocabulary replaced by 0. After the prompt, such an id can only be
+        the pad id ``generate`` feeds a row that has finished (the byte tokenizer's pad, 256, is outside the
+        vocabulary so that the model never emits it): that row's outputs are discarded, but it must embed."""
+        outside = (input_ids < 0) | (input_ids >= self.config.vocab_size)
+        return input_ids.masked_fill(outside, 0)
 
     def forward(
         self,
@@ -147,3 +163,17 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
             return attention_mask[:, past:]
         expected = f"(B, S) = ({b}, {s})" + (f" or, with the cache, (B, past + S) = ({b}, {past + s})" if past else "")
         raise ValueError(f"TRAForCausalLM: attention_mask.shape = {tuple(attention_mask.shape)}; expected {expected}")
+
+
+def check_left_padding(attention_mask) -> None:
+    """Refuse a prompt whose last column is padding, as ``TransformerLM.generate`` does: ``generate`` appends
+    each new token after the last column and reads its logits there, so a right-padded row would continue
+    from its padding (``transformers`` only logs a warning and decodes wrong tokens)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        return  # none, or one the model names what is wrong with
+    right = (attention_mask[:, -1] == 0).nonzero().flatten().tolist()
+    if right:
+        raise ValueError(
+            f"TRAForCausalLM.generate: attention_mask[{right[0]}, -1] = 0; expected left padding (new tokens follow "
+            "the last token of each row: pad prompts on the left, tokenizer.padding_side = 'left')"
+        )
