@@ -349,3 +349,24 @@ def test_auto_tokenizer_refuses_a_folder_whose_tokenizer_files_were_deleted_unle
     trained = "the 'gpt2' tokenizer" if tokenizer else "no tokenizer"
     with pytest.raises(ValueError, match=f"its model was trained with {trained}.*holds no tokenizer files"):
         AutoTokenizer.from_pretrained(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("change", ["int64", "missing"])
+def test_auto_model_refuses_stored_tensors_transformers_would_cast_or_fill_in(change, tmp_path):
+    """transformers casts an integer tensor to float, and fills a missing one with random values, with no error."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    TransformerLM(ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "lm")
+    to_hf(tmp_path / "lm", tmp_path / "hf")
+    weights = tmp_path / "hf" / "model.safetensors"
+    state = load_file(str(weights))
+    if change == "int64":
+        state["model.norm.weight"] = state["model.norm.weight"].long()
+        message = r"model\.norm\.weight is torch\.int64 of shape \(16,\); expected torch\.float32"
+    else:
+        del state["model.norm.weight"]
+        message = r"missing: \['model\.norm\.weight'\]; unexpected: none"
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=message):
+        AutoModelForCausalLM.from_pretrained(tmp_path / "hf")

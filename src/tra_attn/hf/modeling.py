@@ -10,6 +10,9 @@ model) compute, row by row, what each sequence computes alone; the cache keeps t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
@@ -18,6 +21,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from ..layers import KVCache
 from ..layers.alibi import ALiBiAttention
 from ..models import IGNORE_INDEX, TransformerLM
+from ..models.io import WEIGHTS_NAME, check_weights, read_config, stored_specs
 from ..models.loss import outside_documents, token_cross_entropy
 from ..ops.alibi import alibi_slopes
 from .configuration import TRAConfig
@@ -46,6 +50,14 @@ class TRAPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["Block"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loader, after checking a local folder's stored tensors against its config's model
+        (``check_stored_weights``): transformers casts integer tensors to float and fills missing ones with random
+        values, with no error."""
+        check_stored_weights(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module) -> None:
@@ -177,3 +189,32 @@ def check_left_padding(attention_mask) -> None:
             f"TRAForCausalLM.generate: attention_mask[{right[0]}, -1] = 0; expected left padding (new tokens follow "
             "the last token of each row: pad prompts on the left, tokenizer.padding_side = 'left')"
         )
+
+
+def check_stored_weights(folder) -> None:
+    """A ValueError unless the safetensors files of a local Hugging Face folder hold exactly the tensors of its
+    config's model (names, shapes, dtypes: ``models.io.check_weights``), read from the files' headers; nothing
+    to check for a hub name or a folder without safetensors weights."""
+    folder = Path(folder)
+    index = folder / f"{WEIGHTS_NAME}.index.json"
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"from_pretrained: {index} is not a safetensors index ({err})") from None
+    elif (folder / WEIGHTS_NAME).is_file():
+        files = [WEIGHTS_NAME]
+    else:
+        return
+    config, _ = read_config(folder)
+    with torch.device("meta"):  # shapes and dtypes, no memory
+        expected = TransformerLM(config).state_dict()
+    prefix = f"{TRAPreTrainedModel.base_model_prefix}."
+    stored = {}
+    for name in files:
+        try:
+            stored.update(stored_specs(folder / name))
+        except Exception as err:  # safetensors' own errors for a truncated or foreign file
+            raise ValueError(f"from_pretrained: {folder / name} is not a safetensors file ({err})") from None
+    where = f"from_pretrained: {folder}"
+    check_weights(stored, {prefix + name: tensor for name, tensor in expected.items()}, where)
