@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -254,6 +255,30 @@ def test_a_stray_world_size_fails_within_the_rendezvous_timeout(tmp_path, rank):
         re.M,
     ), result.stderr[-3000:]
     assert result.stderr.rstrip().splitlines()[-1].startswith("tra: error:")  # after torch's C++ log lines
+    waiting = (  # said first, before the wait
+        rf"tra: WORLD_SIZE=2 and RANK={rank} are set: waiting up to 3 s \(TRA_RENDEZVOUS_TIMEOUT\) for the other 1 "
+        r"process of the run to join at 127\.0\.0\.1:\d+; if no others are coming \(not a torchrun launch\), stop "
+        r"this one and unset WORLD_SIZE, RANK and LOCAL_RANK\n"
+    )
+    assert re.match(waiting, result.stderr), result.stderr[-3000:]
+
+
+def test_a_stray_world_size_says_what_it_waits_for_at_once(tmp_path):
+    """The default timeout is 300 s: the process says, before waiting, what it waits for and how to stop it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC), "WORLD_SIZE": "3", "RANK": "2"}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TRA_RENDEZVOUS_TIMEOUT="300")
+    argv = [sys.executable, "-m", "tra_attn", "train", "--out", str(tmp_path / "run"), *TINY_TRAIN]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = threading.Timer(60, process.kill)  # without the line, readline would wait the whole 300 s
+    deadline.start()
+    try:
+        first = process.stderr.readline()
+    finally:
+        deadline.cancel()
+        process.kill()
+        process.wait()
+    assert first.startswith("tra: WORLD_SIZE=3 and RANK=2 are set: waiting up to 300 s (TRA_RENDEZVOUS_TIMEOUT) for ")
+    assert "the other 2 processes of the run to join at 127.0.0.1:" in first and "unset WORLD_SIZE, RANK" in first
 
 
 @pytest.mark.parametrize(
