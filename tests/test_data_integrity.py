@@ -363,6 +363,20 @@ def test_fit_accuracy_out_of_range_is_refused_before_any_work(command, tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["lm", "train"], ["train", "--task", "lm"]])
+def test_training_a_language_model_to_fit_is_refused_before_any_work(command, tmp_path, capsys):
+    """Text has no full-sequence accuracy: `tra lm train --fit-accuracy 0.5` was refused at the first validation,
+    after training rows and the run folder were written."""
+    out = tmp_path / "out"
+    code, _, err = run([*command, "--fit-accuracy", "0.5", "--out", out, "--steps", "2", "--length", "16"], capsys)
+    assert code == 2 and re.fullmatch(
+        r"tra: error: --fit-accuracy \(TrainConfig\.fit_accuracy\) = 0\.5: the lm task's validation has no "
+        r"full-sequence accuracy to train to fit on; expected no --fit-accuracy, or 0\n",
+        err,
+    ), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_path_task_arguments_are_recorded_absolute(tmp_path, monkeypatch):
     from tra_attn.cli import build_parser
     from tra_attn.cli.train import config_from_args

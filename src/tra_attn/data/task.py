@@ -50,6 +50,8 @@ class Task:
     name: ClassVar[str]
     vocab_size: ClassVar[int]
     has_text_format: ClassVar[bool] = True  # one sequence per line of text (``tra data``, ``tra eval --data``)
+    # Whether the task's metrics hold a full-sequence accuracy (``full_seq_acc``), which training to fit reads.
+    scored_per_sequence: ClassVar[bool] = True
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""

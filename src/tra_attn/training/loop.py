@@ -220,6 +220,11 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     main = processes.is_main
     task = config.task_instance()
     task.check_data()  # before the run directory exists: a missing corpus leaves nothing behind
+    if config.fit_accuracy and metrics_fn is None and not task.scored_per_sequence:
+        raise ValueError(
+            f"--fit-accuracy (TrainConfig.fit_accuracy) = {config.fit_accuracy}: the {task.name} task's validation "
+            "has no full-sequence accuracy to train to fit on; expected no --fit-accuracy, or 0"
+        )
     run_dir = make_directory(run_dir, "run directory")
     model, optimizer, start, seconds_before, fit_step = restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
