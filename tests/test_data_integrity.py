@@ -463,3 +463,36 @@ def test_the_cache_checksum_benchmark_runs(tmp_path):
     )
     assert result.returncode == 0 and "MB/s" in result.stdout, result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- data with nothing to score ----------------------------------------------------------------------
+
+
+def test_tra_data_refuses_hierarchy_without_gets(tmp_path, capsys):
+    """`tra data hierarchy --p-read 0` wrote sequences without a single scored token."""
+    code, _, err = run(["data", "hierarchy", "--p-read", "0", "--num", "4", "--out", tmp_path / "h.txt"], capsys)
+    assert code == 2 and "hierarchy: p_read = 0.0; expected a probability in (0, 1): the gets' values are" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+FLIPFLOP_WITHOUT_READS = ["--p-ignore", "0.9", "--no-final-read", "--length", "6"]  # seed 0: no 'r' in 3 sequences
+
+
+def test_every_path_that_hands_out_a_batch_refuses_one_with_nothing_to_score(tmp_path, capsys):
+    """The class behind the hierarchy case: `tra data`, training (its fixed validation sequences, or its first
+    batch without validation) and evaluation (`--data`) refuse data that hold no scored token, before writing."""
+    code, _, err = run(["data", "flipflop", *FLIPFLOP_WITHOUT_READS, "--num", "3", "--out", tmp_path / "f.txt"], capsys)
+    assert code == 2 and "tra data flipflop: the 3 sequences of 6 tokens hold no scored token; expected data" in err
+    task_args = ["--task-arg", "p_ignore=0.9", "--task-arg", "final_read=false", "--length", "6", "--seed", "0"]
+    for validation in (["--eval-sequences", "3"], ["--eval-every", "0"]):
+        argv = ["train", "--out", tmp_path / "run", *task_args, "--batch-size", "2", *validation, "--steps", "2"]
+        code, _, err = run(argv, capsys)
+        what = "validation sequences" if validation[0] == "--eval-sequences" else "first training batch"
+        assert code == 2 and re.search(rf"the flipflop task's {what} \(FlipFlop\(.*\)\): the \d sequences? of", err)
+    assert list(tmp_path.iterdir()) == []
+    run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    (tmp_path / "reads.txt").write_text("w1i0i1i0\n")
+    code, _, err = run(["eval", "--checkpoint", tmp_path / "run", "--data", tmp_path / "reads.txt", "--out",
+                        tmp_path / "rows.jsonl"], capsys)  # fmt: skip
+    assert code == 2 and "--data " in err and "the 1 sequence of 8 tokens hold no scored token" in err
+    assert not (tmp_path / "rows.jsonl").exists()

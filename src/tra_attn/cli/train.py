@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..data import TASKS, absolute_task_args, make_task
+from ..data import TASKS, absolute_task_args, check_scored, make_task
 from ..models import ModelConfig
 from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
@@ -114,7 +114,7 @@ def cmd_data(args) -> None:
     task_cls = TASKS[args.task]
     task = make_task(args.task, **{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls)})
     check_output_file(args.out, "--out")
-    batch = task.sample(args.num, args.length, args.seed)
+    batch = check_scored(task.sample(args.num, args.length, args.seed), f"tra data {args.task}")
     with writing("sequences", args.out):
         task.write_text(args.out, batch)
     print(json.dumps({"out": str(args.out), **task.statistics(batch)}))

@@ -138,6 +138,19 @@ class Task:
         return batches
 
 
+def check_scored(batch: TaskBatch, what: str) -> TaskBatch:
+    """``batch``, or a ValueError naming ``what`` if none of its tokens is scored: such data train nothing (a loss
+    of 0 over no tokens) and score NaN, so every path that hands a batch to a file, a training run or an evaluation
+    refuses it first. (A sequence without a scored token among others is fine: metrics leave it out.)"""
+    if not bool(batch.loss_mask.any()):
+        n, length = batch.tokens.shape
+        raise ValueError(
+            f"{what}: the {n} sequence{'s' if n != 1 else ''} of {length} tokens hold no scored token; expected "
+            "data with something to score (change the task's parameters or the length)"
+        )
+    return batch
+
+
 def split_sequences(sequences: int, train_length: int, length: int) -> int:
     """Sequences for a test split: ``sequences`` at the training length, the same token budget beyond it."""
     return max(1, sequences * train_length // max(length, train_length))
