@@ -134,6 +134,35 @@ def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, 
         assert load_train_state(resolve_checkpoint(ro / "run"))[1]["step"] == 3
 
 
+@contextlib.contextmanager
+def immutable(folder: Path):
+    """``folder`` made immutable with ``chattr +i`` (binds root too); skips where the file system or user cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a folder immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+
+
+def test_an_immutable_folder_fails_every_write_in_one_line_as_the_machine_refusing(tmp_path, capsys):
+    """`chattr +i`: every write, a new run folder's included, is "Operation not permitted" (EPERM), exit 1 as other
+    refusals of the machine (creating a run folder used to be exit 2, as if the input were wrong)."""
+    with immutable(tmp_path / "frozen") as frozen:
+        cases = {
+            "data": (["data", "flipflop", "--num", "4", "--length", "16", "--out", frozen / "x.txt"], "sequences"),
+            "train": (["train", "--out", frozen / "run", *TINY_TRAIN], "run directory"),
+            "compare": (["compare", "flipflop", "--preset", "tiny", "--out", frozen / "cmp"], "--out"),
+        }
+        for name, (argv, what) in cases.items():
+            code, _, err = tra(argv, capsys)
+            assert code == 1 and ONE_ERROR_LINE.match(err), (name, err)
+            assert re.fullmatch(rf"tra: error: writing {what} {frozen}/\S+: Operation not permitted\n", err), err
+        assert list(frozen.iterdir()) == []
+
+
 @pytest.mark.parametrize("where", ["torch.save", "safetensors"])
 def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, straight, capsys, monkeypatch, where):
     """The same fault simulated at the lowest writes (works as any user): the file is half written, then the
@@ -328,16 +357,34 @@ def test_torchrun_workers_print_the_library_message_first_and_no_traceback_of_th
         assert not [p for p in (disk / "run" / "checkpoints").iterdir()]
 
 
-def test_a_short_write_of_the_token_cache_names_the_cache(tmp_path, monkeypatch):
-    """numpy reports a full disk as a short write without errno or path: the cache's write says what and where."""
+def test_a_full_disk_under_the_token_cache_names_the_cache_and_the_full_disk(tmp_path, monkeypatch):
+    """The token cache's write used to go through ndarray.tofile, which reports a full disk as "1349882 requested
+    and 1048576 written" (no errno, no path). Here the write goes to /dev/full, which fails every write with ENOSPC
+    for any user; no cache is left."""
     from tra_attn.data.text import corpus
 
-    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 50)
+    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 60_000)  # 1.3 MB: past stdio's buffers
+    real = corpus.atomic_write
 
-    def short_write(path, write):
-        raise OSError("883028 requested and 10240 written")  # what np.ndarray.tofile raises on a full disk
+    def onto_a_full_disk(path, write):
+        real(path, lambda tmp: write(Path("/dev/full")))
 
-    monkeypatch.setattr(corpus, "atomic_write", short_write)
-    with pytest.raises(WriteFailed, match=r"writing token cache .*\.bin: 883028 requested and 10240 written"):
+    monkeypatch.setattr(corpus, "atomic_write", onto_a_full_disk)
+    with pytest.raises(WriteFailed, match=r"^writing token cache .*\.bin: No space left on device$"):
         corpus.tokenize_corpus(tmp_path / "corpus.txt", "byte", cache_dir=tmp_path / "cache", progress=False)
-    assert not list((tmp_path / "cache").glob("*.bin"))
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.suffix in (".bin", ".tmp")]
+
+
+def test_a_full_tmpfs_under_the_token_cache_is_one_line(tmp_path):
+    """The same on a real full disk: a 64 KiB tmpfs as TRA_CACHE_DIR and a 1.3 MB corpus."""
+    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 60_000)
+    with tmpfs(tmp_path / "disk", "64k") as disk:
+        result = cli(
+            "lm", "train", "--corpus", tmp_path / "corpus.txt", "--validation-text", tmp_path / "corpus.txt",
+            "--out", tmp_path / "run", *TINY_TRAIN, env={"TRA_CACHE_DIR": str(disk)},
+        )  # fmt: skip
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        last = result.stderr.rstrip().splitlines()[-1]  # after the tokenizing progress bar
+        assert re.fullmatch(rf"tra: error: writing token cache {disk}/\S+\.bin: No space left on device", last)
+        assert not [p for p in disk.iterdir() if p.suffix == ".bin"]
+    assert not (tmp_path / "run").exists()
