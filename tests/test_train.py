@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,45 @@ def test_compiled_training_matches_eager(tmp_path):
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert [s for s, _ in eager] == [s for s, _ in compiled] == [1, 2, 3]
     assert [loss for _, loss in compiled] == pytest.approx([loss for _, loss in eager], rel=1e-4)
+
+
+TWO_CTRL_C = """
+import atexit, os, signal, sys
+import torch
+import tra_attn.cli as cli
+
+moment = sys.argv.pop(1)
+steps = {"n": 0}
+step = torch.optim.AdamW.step
+
+
+def first_in_step_2(self, *args, **kwargs):
+    steps["n"] += 1
+    if steps["n"] == 2:
+        os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, inside step 2
+    return step(self, *args, **kwargs)
+
+
+torch.optim.AdamW.step = first_in_step_2
+if moment == "while-reporting":  # the second arrives while main reports the first (the checkpoint is written)
+    say = cli._say
+    cli._say = lambda line: (os.kill(os.getpid(), signal.SIGINT), say(line))
+else:  # the second arrives while the interpreter exits
+    atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.parametrize("moment", ["while-reporting", "at-exit"])
+def test_two_ctrl_c_within_milliseconds_exit_130_after_saving(tmp_path, moment):
+    """The second Ctrl-C of two pressed together arrived after the step was saved: the process died of SIGINT (with
+    a traceback) instead of exiting 130. `tra` in a new process, the second signal delivered at each late moment."""
+    script = tmp_path / "two_ctrl_c.py"
+    script.write_text(TWO_CTRL_C)
+    argv = [sys.executable, str(script), moment, "train", "--out", str(tmp_path / "run"), "--steps", "6"]
+    argv += ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, (result.returncode, result.stderr[-2000:])
+    assert "tra: interrupted after step 2: saved a checkpoint; continue with --resume" in result.stderr
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000002"]

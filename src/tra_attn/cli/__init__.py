@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from safetensors import SafetensorError
 
@@ -44,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ignore_signals(*signums: int) -> None:
+    """Ignore ``signums`` from now on (from the main thread, the only one that may set handlers)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def _say(line: str) -> None:
     """``line`` to stderr in one write: the lines of torchrun workers sharing a terminal do not interleave."""
     sys.stderr.write(line + "\n")
@@ -61,9 +70,26 @@ def _machine_failure(err: Exception, command: str) -> str | None:
 
 
 def main(argv=None) -> int:
+    """Run ``tra ARGV``; the exit code. Without ``argv`` (the process's own command line: ``tra``, ``python -m
+    tra_attn``) the process ends with the command, so once a signal stops it, later ones are ignored: two Ctrl-C
+    within milliseconds, or a scheduler's repeated SIGTERM, end in 130 or 143, never in Python dying of the
+    signal with a traceback. Called with ``argv`` (tests, scripts) the process's signal handlers stay as they are."""
+    process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    try:
+        code = _run(args, process)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's exit was being reported
+        code = 130
+    if process and code in (130, 143):  # the checkpoint is written: later signals only cut the exit short
+        _ignore_signals(signal.SIGINT, signal.SIGTERM)
+    return code
+
+
+def _run(args, process: bool) -> int:
+    """Run the command; its exit code, with one line for each error a user can act on. ``process``: the command is
+    the process's (``main``), which may stop listening to Ctrl-C once stopping on one."""
     # Under torchrun every rank stops on the same signal or divergence at the same step: rank 0 says so.
     speaks = os.environ.get("RANK", "0") == "0"
     try:
@@ -73,10 +99,14 @@ def main(argv=None) -> int:
             _say(f"tra: error: {err}")
         return 2
     except Interrupted as err:
+        if process:
+            _ignore_signals(signal.SIGINT)
         if speaks:
             _say(f"tra: {err}")
         return err.exit_code
     except KeyboardInterrupt:
+        if process:
+            _ignore_signals(signal.SIGINT)
         _say("tra: interrupted")
         return 130
     except Exception as err:
