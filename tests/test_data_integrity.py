@@ -496,3 +496,53 @@ def test_every_path_that_hands_out_a_batch_refuses_one_with_nothing_to_score(tmp
                         tmp_path / "rows.jsonl"], capsys)  # fmt: skip
     assert code == 2 and "--data " in err and "the 1 sequence of 8 tokens hold no scored token" in err
     assert not (tmp_path / "rows.jsonl").exists()
+
+
+# ---- memory -------------------------------------------------------------------------------------------
+
+
+def test_tra_data_estimates_its_memory_and_refuses_with_the_numbers_under_a_limit(tmp_path):
+    """`tra data flipflop --length 100000000` under a memory limit ended in an allocator traceback. A new process
+    under `ulimit -v` (its mapped memory + 1 GB): refused at once with the estimate and the limit, nothing written."""
+    import resource
+
+    code = "import tra_attn.cli; print(open('/proc/self/status').read().split('VmSize:')[1].split()[0])"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    mapped = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout) * 1024
+    limit = mapped + (1 << 30)
+
+    def under_the_limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    argv = [sys.executable, "-m", "tra_attn", "data", "flipflop", "--length", "10000000", "--num", "100"]
+    argv += ["--out", str(tmp_path / "ff.txt")]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=under_the_limit, timeout=120)
+    assert result.returncode == 2 and re.fullmatch(
+        r"tra: error: tra data flipflop: 100 sequences \(--num\) of 10000000 tokens \(--length\): about 64\.0 GB of "
+        r"memory needed, and the process's limit \(ulimit -v\) leaves [\d.]+ [MG]B; expected fewer sequences or "
+        r"shorter ones \(or several files, with different --seed\)\n",
+        result.stderr,
+    ), result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_allocation_the_estimate_missed_is_one_line(tmp_path, capsys, monkeypatch):
+    """The backstop: torch's allocator error (and numpy's MemoryError) is one `tra: error:` line, exit 1."""
+    from tra_attn.data.synthetic.flipflop import FlipFlop
+
+    def refused(self, num, length, seed):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 800000000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(FlipFlop, "sample", refused)
+    code, _, err = run(["data", "flipflop", "--num", "2", "--out", tmp_path / "ff.txt"], capsys)
+    assert code == 1 and re.fullmatch(
+        r"tra: error: tra data: out of memory: allocating 800\.0 GB failed \(.+ leaves .+\); expected a smaller job "
+        r"\(fewer or shorter sequences, a smaller batch\)\n",
+        err,
+    ), err
+    monkeypatch.setattr(FlipFlop, "sample", lambda *a: (_ for _ in ()).throw(MemoryError("Unable to allocate 7 TiB")))
+    code, _, err = run(["data", "flipflop", "--num", "2", "--out", tmp_path / "ff.txt"], capsys)
+    assert code == 1 and err.startswith("tra: error: tra data: out of memory: Unable to allocate 7 TiB"), err

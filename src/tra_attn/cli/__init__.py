@@ -25,6 +25,7 @@ from ..training.distributed import lost_peer
 from ..training.divergence import TrainingDiverged
 from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
+from ..utils.memory import out_of_memory
 from ..utils.os_errors import describe, os_error
 from .checkpoints import add_convert_command, add_eval_command
 from .compare import add_compare_commands, add_report_command, add_scorecard_command
@@ -63,6 +64,8 @@ def _machine_failure(err: Exception, command: str) -> str | None:
     """One line for an error of the machine, not of the input: an OS error (also one behind torch's and
     safetensors' own exceptions), or a collective that lost another torchrun worker. None for anything
     else, a bug, whose traceback is wanted."""
+    if (memory := out_of_memory(err)) is not None:
+        return f"tra {command}: {memory}"
     cause = os_error(err) if isinstance(err, (OSError, RuntimeError, SafetensorError)) else None
     if cause is not None:
         return describe(cause) if cause.filename else f"tra {command}: {describe(cause)}"

@@ -13,6 +13,7 @@ from ..models import ModelConfig
 from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
+from ..utils.memory import check_memory
 from ..utils.os_errors import writing
 
 
@@ -113,6 +114,12 @@ def cmd_data(args) -> None:
         raise ValueError(f"--num = {args.num}; expected a positive number of sequences")
     task_cls = TASKS[args.task]
     task = make_task(args.task, **{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls)})
+    task.check_length(args.length)
+    check_memory(
+        args.num * args.length * task.memory_per_token,
+        f"tra data {args.task}: {args.num} sequences (--num) of {args.length} tokens (--length)",
+        "fewer sequences or shorter ones (or several files, with different --seed)",
+    )
     check_output_file(args.out, "--out")
     batch = check_scored(task.sample(args.num, args.length, args.seed), f"tra data {args.task}")
     with writing("sequences", args.out):

@@ -52,6 +52,9 @@ class Task:
     has_text_format: ClassVar[bool] = True  # one sequence per line of text (``tra data``, ``tra eval --data``)
     # Whether the task's metrics hold a full-sequence accuracy (``full_seq_acc``), which training to fit reads.
     scored_per_sequence: ClassVar[bool] = True
+    # Peak bytes per token of ``sample`` and ``write_text`` together: the ids, the mask and the generator's
+    # intermediates (measured: 13-49 bytes on the procedural tasks, as max RSS over 2M tokens), rounded up.
+    memory_per_token: ClassVar[int] = 64
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
