@@ -37,6 +37,7 @@ def run_lm_eval(evaluation, out: Path | None) -> None:
         with writing("result rows", out):
             write_jsonl(out, rows)
     print_table(rows)
+    print(evaluation.span_line())
 
 
 def cmd_eval(args) -> None:
@@ -173,7 +174,12 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         "--factors", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="window lengths, x training length"
     )
     ev.add_argument("--stride", type=int, help="also evaluate sliding windows with this stride (default: none)")
-    ev.add_argument("--tokens", type=int, help="score N tokens, the same at every length (default: all of the text)")
+    ev.add_argument(
+        "--tokens",
+        type=int,
+        help="score N tokens, the same at every length; the span must lie inside the text, and the output states "
+        "it (default: all of the text)",
+    )
     ev.add_argument(
         "--offset", type=int, help="the scored tokens start at this token (default: the last --tokens of the text)"
     )
