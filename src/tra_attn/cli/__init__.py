@@ -27,6 +27,7 @@ from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
 from ..utils.memory import out_of_memory
 from ..utils.os_errors import describe, os_error
+from .args import Parser
 from .checkpoints import add_convert_command, add_eval_command
 from .compare import add_compare_commands, add_report_command, add_scorecard_command
 from .lm import add_lm_command
@@ -34,7 +35,7 @@ from .train import add_data_command, add_train_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
+    parser = Parser(prog="tra", description=__doc__, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add_data_command(sub)
     add_train_command(sub)

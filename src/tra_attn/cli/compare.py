@@ -9,13 +9,14 @@ import shlex
 from pathlib import Path
 
 from ..experiments.engine import run_comparison
-from ..experiments.methods import VARIANTS
+from ..experiments.methods import VARIANTS, method_names
 from ..experiments.registry import experiments
 from ..experiments.scorecard import scorecard, scorecard_page
 from ..experiments.suite import run_suite, suite_tasks
 from ..utils.atomic import atomic_write_text
 from ..utils.cli_help import HelpFormatter
 from ..utils.jsonl import read_jsonl
+from .args import finite_float, registered
 from .train import parse_seed
 
 RESUMABLE = "Resumable: finished runs are skipped, unfinished ones continue."
@@ -28,6 +29,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument(
         "--methods",
         nargs="+",
+        type=registered(method_names, "method"),
         help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/methods.py) to run "
         f"(default: {methods})",
     )
@@ -35,7 +37,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     parser.add_argument(
         "--lrs",
-        type=float,
+        type=finite_float,
         nargs="+",
         help=f"learning rates to sweep; each method keeps the best on validation data (default: {lrs})",
     )
@@ -55,7 +57,7 @@ def add_fit_flag(parser: argparse.ArgumentParser) -> None:
     """Train-to-fit, for comparisons on tasks scored per sequence."""
     parser.add_argument(
         "--fit-accuracy",
-        type=float,
+        type=finite_float,
         help="train to fit: stop a run at the first validation whose full-sequence accuracy reaches this, with "
         "--steps as the cap; 0 trains every step (default: the preset's)",
     )
@@ -140,7 +142,12 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
     )
     cp.add_argument("task", nargs="?", metavar="TASK", help=f"the task, one of {', '.join(found)} (default: none)")
     cp.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
-    cp.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    cp.add_argument(
+        "--tasks",
+        nargs="+",
+        type=registered(suite_tasks, "suite task"),
+        help="with --suite: these tasks only (default: every suite task)",
+    )
     every = "; ".join(f"{name}: {', '.join(e.presets)}" for name, e in found.items())
     add_comparison_flags(
         cp,
@@ -166,7 +173,12 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--task", help=f"the task, one of {', '.join(found)} (default: none; or --suite)")
     bench.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
-    bench.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    bench.add_argument(
+        "--tasks",
+        nargs="+",
+        type=registered(suite_tasks, "suite task"),
+        help="with --suite: these tasks only (default: every suite task)",
+    )
     add_comparison_flags(
         bench,
         described(found[suite_tasks()[0]].presets),
@@ -260,8 +272,12 @@ def add_scorecard_command(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("--exact", **folders, help="folders whose every test split must be exact in every seed")
     sc.add_argument("--exact-longest", **folders, help="folders that must be exact at their longest length")
     sc.add_argument("--fits", **folders, help="folders of runs trained to fit: fitted in as many seeds as the baseline")
-    sc.add_argument("--text-tolerance", type=float, default=0.005, help="relative bits-per-byte gap allowed at 1x")
-    sc.add_argument("--long-tolerance", type=float, default=0.0, help="relative gap allowed at the longest length")
+    sc.add_argument(
+        "--text-tolerance", type=finite_float, default=0.005, help="relative bits-per-byte gap allowed at 1x"
+    )
+    sc.add_argument(
+        "--long-tolerance", type=finite_float, default=0.0, help="relative gap allowed at the longest length"
+    )
     sc.add_argument("--notes", type=Path, help="Markdown appended as the discussion (default: none)")
     sc.add_argument("--markdown", type=Path, help="write the page here (default: print only)")
     sc.add_argument("--command", help="the command shown on the page (default: this one)")

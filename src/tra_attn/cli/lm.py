@@ -9,6 +9,7 @@ from pathlib import Path
 from ..experiments.registry import experiments
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
+from .args import finite_float
 from .compare import add_comparison_flags, compare, described
 from .train import add_train_flags, check_output_file, parse_seed
 from .train import cmd_train as train_command
@@ -142,7 +143,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     )
     sp.add_argument("--prompt", required=True, help="text to continue (required)")
     sp.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate")
-    sp.add_argument("--temperature", type=float, default=0.8, help="0 decodes greedily")
+    sp.add_argument("--temperature", type=finite_float, default=0.8, help="0 decodes greedily")
     sp.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0 keeps them all")
     sp.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same text")
     sp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")

@@ -15,6 +15,7 @@ from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
 from ..utils.memory import check_memory
 from ..utils.os_errors import writing
+from .args import finite_float
 
 
 def _flag(name: str) -> str:
@@ -36,11 +37,16 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             else:
                 group.add_argument(
                     _flag(f.name),
-                    type=parse_seed if f.name == "seed" else type(default),
+                    type=parse_seed if f.name == "seed" else value_type(default),
                     default=None,
                     metavar=type(default).__name__.upper(),
                     help=help_text,
                 )
+
+
+def value_type(default):
+    """The argparse type of a field with this default: its type, a float only if finite."""
+    return finite_float if isinstance(default, float) else type(default)
 
 
 def parse_seed(text: str) -> int:
@@ -149,7 +155,9 @@ def add_data_command(sub) -> None:
                     _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata.get("help")
                 )
             else:
-                p.add_argument(_flag(f.name), type=type(f.default), default=f.default, help=f.metadata.get("help"))
+                p.add_argument(
+                    _flag(f.name), type=value_type(f.default), default=f.default, help=f.metadata.get("help")
+                )
         p.add_argument("--length", type=int, default=512, help="tokens per sequence")
         p.add_argument("--num", type=int, default=1000, help="number of sequences")
         p.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same sequences")
