@@ -11,6 +11,7 @@ model) compute, row by row, what each sequence computes alone; the cache keeps t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -194,7 +195,9 @@ def check_left_padding(attention_mask) -> None:
 def check_stored_weights(folder) -> None:
     """A ValueError unless the safetensors files of a local Hugging Face folder hold exactly the tensors of its
     config's model (names, shapes, dtypes: ``models.io.check_weights``), read from the files' headers; nothing
-    to check for a hub name or a folder without safetensors weights."""
+    to check for a hub name, no name (weights given as ``state_dict``) or a folder without safetensors weights."""
+    if not isinstance(folder, (str, os.PathLike)):
+        return
     folder = Path(folder)
     index = folder / f"{WEIGHTS_NAME}.index.json"
     if index.is_file():
