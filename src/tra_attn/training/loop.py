@@ -32,7 +32,7 @@ from typing import NoReturn
 import torch
 from tqdm.auto import tqdm
 
-from ..data import Task, TaskBatch
+from ..data import Task, TaskBatch, check_scored
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.os_errors import writing
@@ -46,7 +46,7 @@ from .length_spread import spread_batch
 from .metrics_log import METRICS_NAME, MetricsLog
 from .optim import learning_rate
 from .resume import restore
-from .validator import ValidationFn, Validator
+from .validator import VALIDATION_SEED, ValidationFn, Validator
 
 ONE_PROCESS = Processes()
 
@@ -147,6 +147,17 @@ def _check_world_size(config: TrainConfig, processes: Processes) -> None:
         )
 
 
+def _check_something_to_score(task: Task, config: TrainConfig) -> None:
+    """A ValueError (``check_scored``) if the validation sequences (fixed for the whole run) hold no scored token, or
+    without validation the first training batch: task parameters that leave nothing to score give a loss of 0 over
+    no tokens and NaN validations."""
+    if config.eval_every:
+        validation = task.validation(config.eval_sequences, config.length, VALIDATION_SEED + config.seed)
+        check_scored(validation, f"the {task.name} task's validation sequences ({task})")
+    else:
+        check_scored(training_batch(task, config, 0), f"the {task.name} task's first training batch ({task})")
+
+
 def _due(step: int, every: int, steps: int) -> bool:
     """Whether a periodic event (a log row, a checkpoint) falls after ``step``: every ``every`` steps and the last."""
     return step % every == 0 or step == steps
@@ -229,6 +240,12 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     main = processes.is_main
     task = config.task_instance()
     task.check_data()  # before the run directory exists: a missing corpus leaves nothing behind
+    if config.fit_accuracy and metrics_fn is None and not task.scored_per_sequence:
+        raise ValueError(
+            f"--fit-accuracy (TrainConfig.fit_accuracy) = {config.fit_accuracy}: the {task.name} task's validation "
+            "has no full-sequence accuracy to train to fit on; expected no --fit-accuracy, or 0"
+        )
+    _check_something_to_score(task, config)  # before the run directory exists
     run_dir = make_directory(run_dir, "run directory")
     model, optimizer, start, seconds_before, fit_step = restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp
