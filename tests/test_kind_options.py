@@ -13,7 +13,18 @@ import torch
 from safetensors.torch import load_file
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
-from tra_attn.layers import CoPEOptions, FoXOptions, KindOptions, NoOptions, RoPEOptions, TRAAttention, TRAOptions
+from tra_attn.layers import (
+    CoPEOptions,
+    FIREOptions,
+    FoXOptions,
+    KERPLEOptions,
+    KindOptions,
+    NoOptions,
+    RoPEOptions,
+    T5Options,
+    TRAAttention,
+    TRAOptions,
+)
 from tra_attn.layers.tra_ablations import TRAKeyGateOptions, TRANoDistanceOptions, TRANoThresholdOptions
 from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.training import TrainConfig, train
@@ -33,6 +44,9 @@ def test_every_kind_declares_its_options_and_only_those():
         "alibi": NoOptions,
         "fox": FoXOptions,
         "cope": CoPEOptions,
+        "t5": T5Options,
+        "fire": FIREOptions,
+        "kerple": KERPLEOptions,
     }
     assert TRANoThresholdOptions.names() == ["impl", "learned_temperature", "gate_bias_init"]
     assert "gate_bias_init" not in TRANoDistanceOptions.names() and "impl" not in TRAKeyGateOptions.names()

@@ -219,6 +219,9 @@ for _row in (
     Method("alibi", "alibi", "ALiBi", "#2ca02c"),
     Method("fox", "fox", "FoX", "#ff7f0e"),
     Method("cope", "cope", "CoPE", "#9467bd"),
+    Method("t5", "t5", "T5 bias", "#bcbd22"),
+    Method("fire", "fire", "FIRE", "#e7ba52"),
+    Method("kerple", "kerple", "KERPLE", "#393b79"),
     # Named variants whose wording pages already show (a family below covers the other values).
     Method("fox_paperblock", "fox", description="FoX in the authors' block (x = norm(x); x = x + f(x))",
            model={"block_style": "paper"}),
@@ -269,6 +272,7 @@ for _family in (
                  description=lambda t: f"threshold {t:g} instead of 0"),
 ):  # fmt: skip
     register_family(_family)
+
 
 ALIASES.update({"tra_surrogate0.5": "tra_surrogate0p5", "tra_threshold-0.5": "tra_threshold_m0p5",
                 "tra_threshold-1": "tra_threshold_m1"})  # fmt: skip

@@ -7,7 +7,9 @@ from .alibi import ALiBiAttention
 from .base import Attention
 from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
+from .fire import FIREAttention, FIREOptions
 from .fox import FoXAttention, FoXOptions
+from .kerple import KERPLEAttention, KERPLEOptions
 from .nope import NoPEAttention
 from .options import KindOptions, NoOptions, option
 from .registry import (
@@ -19,6 +21,7 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .t5 import T5Attention, T5Options
 from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
@@ -31,6 +34,9 @@ register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
+register_attention(AttentionKind("t5", T5Attention))
+register_attention(AttentionKind("fire", FIREAttention))
+register_attention(AttentionKind("kerple", KERPLEAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -39,8 +45,12 @@ __all__ = [
     "AttentionKind",
     "CoPEAttention",
     "CoPEOptions",
+    "FIREAttention",
+    "FIREOptions",
     "FoXAttention",
     "FoXOptions",
+    "KERPLEAttention",
+    "KERPLEOptions",
     "KVCache",
     "KindOptions",
     "LayerCache",
@@ -48,6 +58,8 @@ __all__ = [
     "NoPEAttention",
     "RoPEAttention",
     "RoPEOptions",
+    "T5Attention",
+    "T5Options",
     "TRAAttention",
     "TRAKeyGateAttention",
     "TRANoDistanceAttention",
