@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.layers import (
+    ALiBiOptions,
     CoPEOptions,
     FIREOptions,
     FoXOptions,
@@ -41,7 +42,7 @@ def test_every_kind_declares_its_options_and_only_those():
         "tra_nodistance": TRANoDistanceOptions,
         "nope": NoOptions,
         "rope": RoPEOptions,
-        "alibi": NoOptions,
+        "alibi": ALiBiOptions,
         "fox": FoXOptions,
         "cope": CoPEOptions,
         "t5": T5Options,

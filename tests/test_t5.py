@@ -132,3 +132,5 @@ def test_the_layer_reads_its_options_and_refuses_bad_ones():
         T5Options(num_buckets=1)
     with pytest.raises(ValueError, match=r"T5Options\.max_distance = 4; expected more than num_buckets // 2 = 4"):
         T5Options(num_buckets=8, max_distance=4)
+    with pytest.raises(ValueError, match=r"T5Options\.random_positions = -1; expected a non-negative integer"):
+        ModelConfig(attention="t5", attention_options={"random_positions": -1})

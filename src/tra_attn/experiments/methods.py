@@ -274,6 +274,15 @@ for _family in (
     register_family(_family)
 
 
+def _random_positions(n: int) -> str:
+    return (f"training positions: a sorted random subset of [0, {n}) per row, the same in every layer (randomized "
+            "positional encodings); evaluation at 0, 1, ...")  # fmt: skip
+
+
+for _kind in ("rope", "alibi", "t5", "fire", "kerple"):
+    register_family(MethodFamily(f"{_kind}_random{{n}}", _kind, {"n": int}, options=lambda n: {"random_positions": n},
+                                 description=_random_positions))  # fmt: skip
+
 ALIASES.update({"tra_surrogate0.5": "tra_surrogate0p5", "tra_threshold-0.5": "tra_threshold_m0p5",
                 "tra_threshold-1": "tra_threshold_m1"})  # fmt: skip
 

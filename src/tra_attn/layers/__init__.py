@@ -3,7 +3,7 @@
 The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then the baselines.
 """
 
-from .alibi import ALiBiAttention
+from .alibi import ALiBiAttention, ALiBiOptions
 from .base import Attention
 from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
@@ -41,6 +41,7 @@ register_attention(AttentionKind("kerple", KERPLEAttention))
 __all__ = [
     "ATTENTION_KINDS",
     "ALiBiAttention",
+    "ALiBiOptions",
     "Attention",
     "AttentionKind",
     "CoPEAttention",

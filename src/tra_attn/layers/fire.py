@@ -16,7 +16,7 @@ from torch import nn
 
 from ..ops.fire import fire_attention
 from .base import Attention
-from .options import KindOptions, option, positive, positive_int
+from .options import KindOptions, option, positive, positive_int, random_positions_option
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class FIREOptions(KindOptions):
     mlp_width: int = option(32, "hidden units of the MLP f", positive_int)
     c_init: float = option(0.1, "initial c of psi(x) = log(|c x| + 1)", positive)
     threshold_init: float = option(512.0, "L0: the threshold L of max(L, i) starts at L0 (learned as m * L0)", positive)
+    random_positions: int = random_positions_option()
 
 
 class FIREAttention(Attention):
@@ -40,6 +41,9 @@ class FIREAttention(Attention):
     def post_init(self) -> None:
         self.mlp_in.reset_parameters()
         self.mlp_out.reset_parameters()
+
+    def position_range(self) -> int:
+        return self.options.random_positions
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..ops.kerple import kerple_attention
 from .base import Attention
-from .options import KindOptions, option, positive
+from .options import KindOptions, option, positive, random_positions_option
 
 FLOOR = 1e-2  # the authors' eps: r1 and r2 never go below it
 
@@ -31,6 +31,7 @@ class KERPLEOptions(KindOptions):
     prefix = "kerple"
     r1_init: float = option(2.0, "r1 (the log kernel's scale) starts uniform in (0, r1_init) per head", positive)
     r2_init: float = option(1.0, "r2 (the distance's scale) starts uniform in (0, r2_init) per head", positive)
+    random_positions: int = random_positions_option()
 
 
 class KERPLEAttention(Attention):
@@ -40,6 +41,9 @@ class KERPLEAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.r1 = nn.Parameter(torch.rand(n_heads) * self.options.r1_init)
         self.r2 = nn.Parameter(torch.rand(n_heads) * self.options.r2_init)
+
+    def position_range(self) -> int:
+        return self.options.random_positions
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

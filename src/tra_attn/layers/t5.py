@@ -15,7 +15,7 @@ from torch import nn
 
 from ..ops.t5 import t5_attention
 from .base import Attention
-from .options import KindOptions, option, positive_int
+from .options import KindOptions, option, positive_int, random_positions_option
 
 
 def at_least_two(value) -> str | None:
@@ -27,6 +27,7 @@ class T5Options(KindOptions):
     prefix = "t5"
     num_buckets: int = option(32, "distance buckets: half exact, half log-spaced up to max_distance", at_least_two)
     max_distance: int = option(128, "distances from this one on share the last bucket", positive_int)
+    random_positions: int = random_positions_option()
 
     def check(self) -> None:
         exact = self.num_buckets // 2
@@ -43,6 +44,9 @@ class T5Attention(Attention):
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)
         self.relative_attention_bias = nn.Parameter(torch.zeros(self.options.num_buckets, n_heads))
+
+    def position_range(self) -> int:
+        return self.options.random_positions
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
