@@ -67,11 +67,11 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
         r"--tra-local-window is an option of tra, tra_keygate, tra_nodistance; the model's attention is 'rope' "
-        r"\(its options: --rope-base\)",
+        r"\(its options: --rope-base, --rope-random-positions\)",
     ),
     (
-        ["train", "--out", "{tmp}/r", "--attention", "alibi", "--cope-max-pos", "4"],
-        r"--cope-max-pos is an option of cope; the model's attention is 'alibi' \(its options: none\)",
+        ["train", "--out", "{tmp}/r", "--attention", "nope", "--cope-max-pos", "4"],
+        r"--cope-max-pos is an option of cope; the model's attention is 'nope' \(its options: none\)",
     ),
     # tra train: task arguments, config files, outputs, devices
     (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),

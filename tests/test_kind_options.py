@@ -14,14 +14,18 @@ from safetensors.torch import load_file
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.layers import (
+    ALiBiOptions,
     ASEntmaxOptions,
     CoPEOptions,
+    FIREOptions,
     FoXOptions,
+    KERPLEOptions,
     KindOptions,
     NoOptions,
     RoPEOptions,
     SSMaxOptions,
     StickBreakingOptions,
+    T5Options,
     TRAAttention,
     TRAOptions,
 )
@@ -41,9 +45,12 @@ def test_every_kind_declares_its_options_and_only_those():
         "tra_nodistance": TRANoDistanceOptions,
         "nope": NoOptions,
         "rope": RoPEOptions,
-        "alibi": NoOptions,
+        "alibi": ALiBiOptions,
         "fox": FoXOptions,
         "cope": CoPEOptions,
+        "t5": T5Options,
+        "fire": FIREOptions,
+        "kerple": KERPLEOptions,
         "stickbreaking": StickBreakingOptions,
         "ssmax": SSMaxOptions,
         "asentmax": ASEntmaxOptions,

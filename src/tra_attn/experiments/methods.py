@@ -219,6 +219,9 @@ for _row in (
     Method("alibi", "alibi", "ALiBi", "#2ca02c"),
     Method("fox", "fox", "FoX", "#ff7f0e"),
     Method("cope", "cope", "CoPE", "#9467bd"),
+    Method("t5", "t5", "T5 bias", "#bcbd22"),
+    Method("fire", "fire", "FIRE", "#e7ba52"),
+    Method("kerple", "kerple", "KERPLE", "#393b79"),
     Method("stickbreaking", "stickbreaking", "stick-breaking", "#8c6d31"),
     Method("ssmax", "ssmax", "SSMax", "#637939"),
     Method("asentmax", "asentmax", "ASEntmax", "#17becf"),
@@ -289,6 +292,16 @@ for _family in (
                  description=lambda t: f"threshold {t:g} instead of 0"),
 ):  # fmt: skip
     register_family(_family)
+
+
+def _random_positions(n: int) -> str:
+    return (f"training positions: a sorted random subset of [0, {n}) per row, the same in every layer (randomized "
+            "positional encodings); evaluation at 0, 1, ...")  # fmt: skip
+
+
+for _kind in ("rope", "alibi", "t5", "fire", "kerple"):
+    register_family(MethodFamily(f"{_kind}_random{{n}}", _kind, {"n": int}, options=lambda n: {"random_positions": n},
+                                 description=_random_positions))  # fmt: skip
 
 ALIASES.update({"tra_surrogate0.5": "tra_surrogate0p5", "tra_threshold-0.5": "tra_threshold_m0p5",
                 "tra_threshold-1": "tra_threshold_m1"})  # fmt: skip
