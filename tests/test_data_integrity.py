@@ -273,8 +273,9 @@ WRONG_ANSWER = {
     "mqar": lambda task, t: task.value0 + (t - task.value0 + 1) % task.num_values,
     "selective_copy": lambda task, t: 2 + (t - 2 + 1) % task.num_symbols,
     "hierarchy": lambda task, t: 32 + (t - 32 + 1) % task.num_values,
+    "passkey": lambda task, t: (t + 1) % 10,  # digits '0'-'9' are ids 0-9
 }
-LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128}
+LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128, "passkey": 32}
 
 
 def test_every_task_with_a_text_format_has_a_wrong_answer_case():

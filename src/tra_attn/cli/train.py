@@ -201,9 +201,8 @@ def add_data_command(sub) -> None:
                     _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata.get("help")
                 )
             else:
-                p.add_argument(
-                    _flag(f.name), type=value_type(f.default), default=f.default, help=f.metadata.get("help")
-                )
+                kind = f.metadata.get("type") or value_type(f.default)  # a field that defaults to None names its type
+                p.add_argument(_flag(f.name), type=kind, default=f.default, help=f.metadata.get("help"))
         p.add_argument("--length", type=int, default=512, help="tokens per sequence")
         p.add_argument("--num", type=int, default=1000, help="number of sequences")
         p.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same sequences")
