@@ -121,12 +121,19 @@ def accumulate_gradients(
                 per_token = model(x, labels=y, **extra)
             loss = per_token.sum() / max(scored, 1)
             objective = loss
-            auxiliary = getattr(model, "module", model).auxiliary_loss()  # DDP wraps the model, FSDP2 does not
+            auxiliary = _auxiliary_loss(model)
             if auxiliary is not None:  # a mean over this micro-batch's rows: weighted by its share of the batch
                 objective = loss + auxiliary * (len(x) / config.batch_size)
             (objective * processes.world_size).backward()
         total += loss.detach()
     return total
+
+
+def _auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
+    """The model's auxiliary loss of its last forward (TRA's keep_penalty), or None: a model without the
+    hook (a user's own) adds nothing. DDP wraps the model in `.module`; FSDP2 does not wrap it."""
+    hook = getattr(getattr(model, "module", model), "auxiliary_loss", None)
+    return hook() if callable(hook) else None
 
 
 def _seed_step(config: TrainConfig, step: int, processes: Processes) -> None:
