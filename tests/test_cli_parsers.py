@@ -136,3 +136,11 @@ def test_finite_float_refuses_what_float_accepts_but_no_flag_means():
         with pytest.raises(argparse.ArgumentTypeError, match="expected a finite number"):
             finite_float(text)
     assert not math.isnan(finite_float("0"))
+
+
+def test_a_value_that_looks_like_a_flag_is_reported_as_the_flags_value(capsys):
+    """``--num-tokens --0``: the error names --num-tokens (its value is missing), not an unknown flag '--0'."""
+    with pytest.raises(SystemExit):
+        main(["data", "selective_copy", "--num-tokens", "--0"])
+    error = capsys.readouterr().err
+    assert "argument --num-tokens" in error and "unrecognized" not in error

@@ -28,10 +28,18 @@ class Parser(argparse.ArgumentParser):
         required flags missing (``--out``), hiding the misspelt one that was meant to be one of them."""
         if args is not None and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
             known = [option for action in self._actions for option in action.option_strings]
+            # Flags that take exactly one value: the token after one is its value, even a bad one ('--0'), and
+            # argparse names the flag in its error.
+            takes_one = {o for a in self._actions if a.nargs is None and a.option_strings for o in a.option_strings}
+            previous = None
             for token in args:
                 if token == "--":  # everything after is a positional argument
                     break
                 name = token.split("=", 1)[0]
+                value_of_previous = previous in takes_one
+                previous = token
+                if value_of_previous:
+                    continue
                 if name.startswith("--") and not any(
                     o == name or (self.allow_abbrev and o.startswith(name)) for o in known
                 ):
