@@ -1,23 +1,14 @@
-"""How exactly padded and packed batches compute each document alone: measured, for the model and for the op.
+"""Padded and packed batches against each document run alone: the largest differences, tabulated.
 
     python benchmarks/varlen_exactness.py [--kinds ...] [--lengths 37 1 13 61] [--new-tokens 8] \\
-        [--op-lengths 37 1 13 61 29] [--out results/varlen_exactness_cpu.md]
+        [--op-lengths 37 1 13 61 29] [--no-triton] [--out results/varlen_exactness_cpu.md]
 
-Model (fp32, CPU; a tiny random model per kind, seed 0, eval mode), for every registered attention kind and
-TRA with its local window and dense heads: the largest |difference| between each document's logits in a batch
-and the document run alone, in four layouts: (a) left padding, (b) right padding (``attention_mask``),
-(c) the documents packed in one row (``cu_seqlens``), (d) two rows of packed documents, left and right padded
-(``segment_ids``); (e) the same for the per-token loss with labels (a document's last target, the next
-document's first token or padding, is not scored); (f) greedy generation from the left-padded documents as
-prompts with the KV cache: tokens that differ from each prompt generated alone, and the logits of every
-decoding step against the same tokens run alone.
-
-Op (``threshold_relative_attention``, CPU): fp64 naive and chunked, forward and every gradient, and split-KV
-decoding of each row's last query, against fp64 naive run on each document alone; fp32 Triton through the
-interpreter (``TRITON_INTERPRET=1``, set here when there is no GPU) when triton is installed.
-
-Each table's first row is the bar the tests assert (docs/padding_and_packing.md, tests/test_tra_varlen.py);
-every measured figure below it must be at most the bar of its column.
+Model: a tiny random fp32 model per registered attention kind (default: all) and TRA's window and dense-head
+variants; logits and per-token losses in four layouts (left padding, right padding, one packed row, two
+packed rows) and greedy KV-cache generation from left-padded prompts. Op: ``threshold_relative_attention``'s
+fp64 naive, chunked and split-KV paths, and fp32 Triton when triton runs (the interpreter without a GPU).
+Each table's first row is the bar the tests assert; a layout a kind refuses is a "not run" cell with its
+reason. The page links to ``<out>_notes.md``, the hand-written discussion of its figures.
 """
 
 from __future__ import annotations
@@ -27,9 +18,11 @@ import importlib.metadata
 import importlib.util
 import math
 import os
+import platform
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -61,6 +54,7 @@ VARIANTS = {  # TRA with the keep rule's windows and dense heads (experiments/me
 KEEP_RULES = {"threshold 0": {}, "local 3, sliding 20": {"local_window": 3, "sliding_window": 20}}
 GRADIENTS = ("out", "dq", "dk", "dv", "dgate")
 CONTROL = "control: (c) without boundaries"
+REFUSED = (ValueError, NotImplementedError, RuntimeError)  # how a kind refuses a layout: a "not run" cell
 REFERENCE = "max \\|reference\\|"  # a column of the magnitudes the figures are differences of
 
 
@@ -123,13 +117,27 @@ def largest(differences) -> float:
 
 @dataclass
 class Table:
-    """A Markdown table whose first row holds each measured column's bar (None: not a measured column)."""
+    """A Markdown table whose first row holds each measured column's bar (None: not a measured column).
+
+    A measured cell may be an exception instead of a figure (the kind refused that layout): it is written
+    "not run (n)", and reason n is listed under the table."""
 
     title: str
     note: str
     header: list[str]
     bars: list[float | None]
     rows: list[list] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, label: str, cells: list) -> None:
+        """A row: ``label`` and its cells, an exception becoming a "not run" cell."""
+        self.rows.append([label, *[self.not_run(c) if isinstance(c, BaseException) else c for c in cells]])
+
+    def not_run(self, err: BaseException) -> str:
+        reason = " ".join(f"{type(err).__name__}: {err}".split()).replace("|", "\\|")
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return f"not run ({self.reasons.index(reason) + 1})"
 
     def markdown(self) -> list[str]:
         bar_row = ["**bar**" if i == 0 else ("" if b is None else _number(b)) for i, b in enumerate(self.bars)]
@@ -137,6 +145,8 @@ class Table:
         lines.append("|" + "---|" * len(self.header))
         for row in [bar_row, *[[c if isinstance(c, str) else _number(c) for c in row] for row in self.rows]]:
             lines.append("| " + " | ".join(row) + " |")
+        if self.reasons:
+            lines += ["", "Not run:", ""] + [f"{n}. {reason}" for n, reason in enumerate(self.reasons, 1)]
         return lines + [""]
 
     def figures(self, counts: bool = False) -> list[tuple[float, float, list]]:
@@ -152,11 +162,15 @@ class Table:
         """The largest figure in units of the fp32 spacing at its row's largest |reference| (None: no such column)."""
         if self.header[-1] != REFERENCE:
             return None
-        return max(figure / 2.0 ** (math.floor(math.log2(row[-1])) - 23) for figure, _, row in self.figures())
+        figures = [(f, row[-1]) for f, _, row in self.figures() if not isinstance(row[-1], str)]
+        return max((f / 2.0 ** (math.floor(math.log2(ref)) - 23) for f, ref in figures), default=None)
 
     def worst(self) -> float:
-        """The largest measured figure relative to its bar (a count against a bar of 0: the count itself)."""
-        return max((f / (bar or 1) for f, bar, _ in self.figures() + self.figures(counts=True)), default=0.0)
+        """The largest measured figure relative to its bar (the counts, whose bar is 0, left out)."""
+        return max((f / bar for f, bar, _ in self.figures()), default=0.0)
+
+    def not_run_cells(self) -> int:
+        return sum(isinstance(c, str) and c.startswith("not run") for row in self.rows for c in row)
 
 
 def _number(x) -> str:
@@ -169,10 +183,38 @@ def tiny_model(kind: str, options: dict) -> TransformerLM:
     return TransformerLM(config).eval()
 
 
+def attempt(fn, *args):
+    """``fn(*args)``, or the exception with which the model refused them (REFUSED)."""
+    try:
+        return fn(*args)
+    except REFUSED as err:
+        return err
+
+
+@torch.no_grad()
+def measure_layout(model, layout: Layout, docs, labels, alone, alone_loss) -> tuple[float, float]:
+    """The largest logit and loss differences of the documents placed by ``layout`` against each alone."""
+    lengths = [len(x) for x in docs]
+    ids, targets = fill(layout, docs, 0), fill(layout, labels, -100)
+    kwargs = describe(layout, lengths, "attention_mask")
+    logits, loss = model(ids, **kwargs), model(ids, labels=targets, **kwargs)
+    width = ids.shape[1]
+    logit_d, loss_d = [], [loss[layout.seg < 0]]  # padding is never scored: its loss is 0
+    for row, start, doc in layout.places:
+        span = slice(start, start + lengths[doc])
+        logit_d.append(logits[row, span] - alone[doc])
+        expected = alone_loss[doc].clone()
+        if span.stop < width:  # the last target is the next document's first token, or padding: unscored
+            expected[-1] = 0
+        loss_d.append(loss[row, span] - expected)
+    return largest(logit_d), largest(loss_d)
+
+
 @torch.no_grad()
 def measure_model(kind: str, options: dict, lengths: list[int], new_tokens: int) -> tuple[list, list, list]:
-    """Rows of the three model tables: logit differences per layout, the control and the logits' magnitude; loss
-    differences per layout and the losses' magnitude; generation (``measure_generation``)."""
+    """Cells of the three model tables: logit differences per layout, the control and the logits' magnitude;
+    loss differences per layout and the losses' magnitude; generation (``measure_generation``). A cell is the
+    exception instead where the model refused the layout."""
     model = tiny_model(kind, options)
     gen = torch.Generator().manual_seed(1)
     docs = [torch.randint(0, 64, (n,), generator=gen) for n in lengths]
@@ -181,33 +223,24 @@ def measure_model(kind: str, options: dict, lengths: list[int], new_tokens: int)
     alone_loss = [model(x[None], labels=y[None])[0] for x, y in zip(docs, labels)]
     logit_diffs, loss_diffs = [], []
     for layout in layouts(lengths):
-        ids, targets = fill(layout, docs, 0), fill(layout, labels, -100)
-        kwargs = describe(layout, lengths, "attention_mask")
-        logits, loss = model(ids, **kwargs), model(ids, labels=targets, **kwargs)
-        width = ids.shape[1]
-        logit_d, loss_d = [], [loss[layout.seg < 0]]  # padding is never scored: its loss is 0
-        for row, start, doc in layout.places:
-            span = slice(start, start + lengths[doc])
-            logit_d.append(logits[row, span] - alone[doc])
-            expected = alone_loss[doc].clone()
-            if span.stop < width:  # the last target is the next document's first token, or padding: unscored
-                expected[-1] = 0
-            loss_d.append(loss[row, span] - expected)
-        logit_diffs.append(largest(logit_d))
-        loss_diffs.append(largest(loss_d))
+        got = attempt(measure_layout, model, layout, docs, labels, alone, alone_loss)
+        logit_diffs.append(got if isinstance(got, Exception) else got[0])
+        loss_diffs.append(got if isinstance(got, Exception) else got[1])
     packed = layouts(lengths)[2]  # the control: the packed row without its boundaries, documents see earlier ones
     leaked = model(fill(packed, docs, 0))[0]
     logit_diffs.append(largest([leaked[start : start + lengths[d]] - alone[d] for _, start, d in packed.places]))
     logit_diffs.append(largest(alone))  # the magnitudes the differences are rounding errors of
     loss_diffs.append(largest(alone_loss))
-    return logit_diffs, loss_diffs, measure_generation(model, docs, new_tokens)
+    generated = attempt(measure_generation, model, docs, new_tokens)
+    return logit_diffs, loss_diffs, [generated] * 3 if isinstance(generated, Exception) else generated
 
 
 @torch.no_grad()
 def measure_generation(model: TransformerLM, prompts: list[torch.Tensor], new_tokens: int) -> list:
     """Greedy decoding of the left-padded prompts with the KV cache against each prompt alone: tokens that
-    differ, and the largest logit difference of the decoding steps (cached batch against the tokens alone)."""
-    model.lm_head.weight.mul_(20)  # sharpen the model so that greedy choices are far from ties (as the tests do)
+    differ, the largest logit difference of the decoding steps (cached batch against the tokens alone), and
+    those logits' magnitude. The output layer is scaled by 20 first, as the tests do."""
+    model.lm_head.weight.mul_(20)
     lengths = [len(p) for p in prompts]
     left = layouts(lengths)[0]
     batch, mask = fill(left, prompts, 5), (left.seg >= 0).long()
@@ -289,13 +322,13 @@ def measure_op(lengths: list[int], triton: bool) -> list[Table]:
     query, against fp64 naive on each document alone: fp64 naive and chunked, and fp32 Triton if ``triton``."""
     header = ["path", "layout", "keep rule", *GRADIENTS]
     note = (
-        "max |difference| against fp64 naive run on each document alone (at padding positions: against 0, the "
-        f"op's output and gradients there); (B, H = 2, W, D = 16) inputs, documents of lengths {lengths}. "
-        "Split-KV decoding: each row's last query against all W keys in 4 splits (`split_kv_attention`, "
-        "the decoding path of long caches), forward only."
+        "max |difference| of the output and each gradient against fp64 naive run on each document alone "
+        "(padding positions against 0). Split-KV decoding: each row's last query against all W keys in 4 splits "
+        "(`split_kv_attention`), forward only."
     )
     fp64 = Table("Op, fp64: naive, chunked, split-KV decoding", note, header, [None] * 3 + [FP64_BAR] * 5)
-    fp32 = Table("Op, fp32 Triton (interpreter)", note, header, [None] * 3 + [TRITON_BAR] * 5)
+    fp32_note = note + " Baseline rows: each document run alone through Triton, without documents."
+    fp32 = Table("Op, fp32 Triton (interpreter)", fp32_note, header, [None] * 3 + [TRITON_BAR] * 5)
     paths = [("naive", fp64, torch.float64), ("chunked", fp64, torch.float64)]
     decoders = [("split-KV, chunked statistics", chunked_forward_stats, fp64, torch.float64)]
     if triton:
@@ -358,17 +391,18 @@ def measure_models(args) -> list[Table]:
     generation = Table(
         "Model: greedy generation from left-padded prompts with the KV cache (f)",
         f"The documents as prompts, left padded, {args.new_tokens} new tokens each, against each prompt "
-        "generated alone (the output layer scaled by 20 first, as in the tests, so that no greedy choice is a "
-        "near tie). Logits: every decoding step of the cached batch against a forward of the same tokens alone.",
+        "generated alone (the output layer scaled by 20 first, as in the tests). Logits: every decoding step of "
+        "the cached batch against a forward of the same tokens alone.",
         ["kind", "mismatching tokens", "max \\|difference\\| of step logits", REFERENCE],
         [None, 0, MODEL_BAR, None],
     )
     for label, kind, options in cases(args.kinds):
         start = time.perf_counter()
-        logit_d, loss_d, generated = measure_model(kind, options, args.lengths, args.new_tokens)
-        logits.rows.append([label, *logit_d])
-        loss.rows.append([label, *loss_d])
-        generation.rows.append([label, *generated])
+        cells = attempt(measure_model, kind, options, args.lengths, args.new_tokens)
+        if isinstance(cells, Exception):  # the kind runs no document at all here
+            cells = [[cells] * (len(table.header) - 1) for table in (logits, loss, generation)]
+        for table, row in zip((logits, loss, generation), cells):
+            table.add(label, row)
         print(f"{label}: {time.perf_counter() - start:.1f} s", flush=True)
     return [logits, loss, generation]
 
@@ -397,115 +431,95 @@ def triton_runs() -> bool:
     return torch.cuda.is_available() or triton_interpreted()
 
 
-def report(args, argv: list[str], model_tables: list[Table], op_tables: list[Table], seconds: float) -> str:
-    """The Markdown page: command, provenance, what is compared, the tables and a summary of them."""
+def machine() -> str:
+    """The CPU's model name (or the GPU's), threads, and the versions the figures depend on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    device = f"{torch.cuda.get_device_name()}, " if torch.cuda.is_available() else ""
     triton = importlib.util.find_spec("triton")
+    return (
+        f"{device}{cpu}, {torch.get_num_threads()} CPU thread(s); torch {torch.__version__}, "
+        f"{'triton ' + importlib.metadata.version('triton') if triton else 'no triton'}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def summary(tables: list[Table]) -> Table:
+    """One row per table: its largest figure against its bar, how many figures are 0, the cells not run, the
+    mismatching tokens, and (model tables) the largest figure in units of the fp32 spacing of its row's largest
+    |reference|."""
+    header = ["table", "largest figure / its bar", "figures", "of them 0", "not run", "mismatching tokens"]
+    result = Table(
+        "Summary",
+        "Every table above in one row each. Units in the last place: a figure divided by the spacing of fp32 "
+        "numbers at its row's max |reference|.",
+        [*header, "largest, fp32 units in the last place"],
+        [None, 1, None, None, None, 0, None],
+    )
+    for table in tables:
+        figures, counts = table.figures(), table.figures(counts=True)
+        ulps = table.ulps()
+        result.rows.append(
+            [
+                table.title,
+                table.worst(),
+                str(len(figures)),
+                str(sum(f == 0 for f, _, _ in figures)),
+                str(table.not_run_cells()),
+                sum(f for f, _, _ in counts) if counts else "-",
+                "-" if ulps is None else f"{ulps:.1f}",
+            ]
+        )
+    return result
+
+
+def report(args, argv: list[str], model_tables: list[Table], op_tables: list[Table], seconds: float) -> str:
+    """The Markdown page: command, provenance, a link to its notes, what is measured, and the tables."""
     lines = [
         "# Padded and packed batches against each document alone (cpu)",
         "",
         f"Command: `python {' '.join(['benchmarks/varlen_exactness.py', *argv])}`  ",
-        f"Code: commit {git_commit()}; torch {torch.__version__}, "
-        f"{'triton ' + importlib.metadata.version('triton') if triton else 'no triton'}, "
-        f"{torch.get_num_threads()} CPU thread(s); {seconds:.0f} s.",
+        f"Machine: {machine()}  ",
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}; {seconds:.0f} s",
+    ]
+    if args.out:
+        notes = f"{args.out.stem}_notes.md"
+        lines[-1] += "  "
+        lines.append(f"Notes: [{notes}]({notes}), the hand-written discussion of these figures")
+    lines += [
         "",
-        "Every real token of a padded or packed batch should compute what it computes when its document runs "
-        "alone (docs/padding_and_packing.md, docs/varlen.md). The first row of each table is the bar the tests "
-        "assert, here as an absolute bound (the tests' own bounds are a little looser: atol = rtol = 1e-5 for "
-        "the model; 1e-12 x max(1, max |reference|) in fp64 and 3e-5 x max(1, max |reference|) for fp32 "
-        "Triton, for the op). 0 means bit for bit.",
+        "Each figure is the largest |difference| between what a document computes inside a padded or packed "
+        "batch and what it computes run alone; 0 is bit for bit. Model (fp32, CPU): a random model per kind "
+        "(seed 0; 2 layers, d_model 32, 4 heads, vocabulary 64, eval mode) on documents of lengths "
+        f"{args.lengths} with random tokens and labels, in four layouts: (a) one document per row, left padded, "
+        "and (b) right padded, with `attention_mask`; (c) all documents in one row with `cu_seqlens`; (d) two "
+        "rows of packed documents, the even-numbered ones left padded and the odd ones right padded, with "
+        "`segment_ids`; (e) the per-token loss in the same layouts; (f) greedy generation with the KV cache from "
+        "the left-padded documents. Op (`threshold_relative_attention`): (B, H = 2, W, D = 16) inputs with "
+        f"documents of lengths {args.op_lengths} in the same four layouts, under two keep rules; each path's "
+        "output and gradients against fp64 naive run on each document alone. The first row of each table is the "
+        "bar the tests assert (tests/test_padding_and_packing.py, tests/test_tra_varlen.py), as an absolute "
+        'bound on every figure of its column; a layout a kind refused is a "not run" cell, its reason listed '
+        "under the table.",
         "",
         "## Model (fp32)",
-        "",
-        "A random model per kind (seed 0): 2 layers, d_model 32, 4 heads, vocabulary 64, eval mode, on CPU. "
-        f"Documents of lengths {args.lengths}, random tokens and labels. Layouts: (a) one document per row, left "
-        "padded, and (b) right padded, with `attention_mask`; (c) all documents in one row with `cu_seqlens`; "
-        "(d) two rows of packed documents (the even-numbered ones left padded, the odd ones right padded) with "
-        "`segment_ids`.",
         "",
     ]
     for table in model_tables:
         lines += table.markdown()
     lines += ["## Op (`threshold_relative_attention`)", ""]
     if not op_tables[-1].title.startswith("Op, fp32"):
-        lines += [
-            "fp32 Triton was not run here (no GPU and no interpreter, or `--no-triton`); "
-            "tests/test_tra_varlen.py covers it under `TRITON_INTERPRET=1`.",
-            "",
-        ]
+        lines += ["fp32 Triton was not run here (no GPU and no interpreter, or `--no-triton`).", ""]
     for table in op_tables:
         lines += table.markdown()
-    lines += ["## Summary", ""]
-    for table in model_tables + op_tables:
-        figures, counts = table.figures(), table.figures(counts=True)
-        verdict = "every figure within its bar" if table.worst() <= 1 else "**a figure above its bar**"
-        parts = [f"largest figure {max(f for f, _, _ in figures):.1e}, {table.worst():.1e} of the bar"]
-        if table.ulps() is not None:
-            parts.append(f"at most {table.ulps():.1f} units in the last place of the row's largest |reference|")
-        parts.append(f"{sum(f == 0 for f, _, _ in figures)} of {len(figures)} figures are 0 (bit for bit)")
-        if counts:
-            parts.append(f"{sum(f for f, _, _ in counts)} mismatching tokens in all")
-        lines.append(f"- {table.title}: {verdict}: " + "; ".join(parts) + ".")
-    return "\n".join(lines + ["", *discussion(args, model_tables, op_tables)])
-
-
-def largest_by_path(table: Table) -> dict[str, float]:
-    """The largest figure of each path (first column) of an op table."""
-    worst: dict[str, float] = {}
-    for figure, _, row in table.figures():
-        worst[row[0]] = max(worst.get(row[0], 0.0), figure)
-    return worst
-
-
-def discussion(args, model_tables: list[Table], op_tables: list[Table]) -> list[str]:
-    """What the figures mean: the control, why they are not 0, generation, the op, and what is not measured."""
-    logits, loss, generation = model_tables
-    largest_logit = max(f for f, _, _ in logits.figures())
-    control = min(row[-2] for row in logits.rows)
-    mismatches = sum(f for f, _, _ in generation.figures(counts=True))
-    fp64 = op_tables[0]
-    lines = [
-        "## Discussion",
-        "",
-        f"- **Nothing crosses a boundary.** Without its boundaries (the control column) the packed row moves "
-        f"the logits by {control:.1e} or more, {control / largest_logit:.1e} times the largest figure of the four "
-        "layouts. With them, every kind computes each document as alone, to rounding.",
-        "- **Rounding, not bit for bit.** A document alone runs the plain forward (no mask: PyTorch's causal "
-        "SDPA, or the TRA op without segments); a padded or packed batch runs masked attention on other "
-        "shapes, so matrix products and softmax sums add the same terms in another order. The logits differ by "
-        f"at most {logits.ulps():.1f} units in the last place of fp32 (they are small, at most "
-        f"{max(row[-1] for row in logits.rows):.2f}, in a random model at initialisation), the losses "
-        f"(about ln {64:d} = 4.2) by at most {loss.ulps():.1f}, and some losses are bit for bit. A trained model's "
-        "larger activations scale these figures with them.",
-        f"- **Generation.** {mismatches} mismatching tokens over the {len(generation.rows)} models, and step logits "
-        f"within {generation.ulps():.1f} units in the last place. The output layer is scaled by 20 so that no "
-        "greedy choice is a near tie: at a near tie, rounding of this size can flip a token in any batched "
-        "implementation, so identical tokens also depend on the margin, not only on the masks.",
-        "- **Op.** In fp64 the largest figures are "
-        + ", ".join(f"{path} {worst:.1e}" for path, worst in largest_by_path(fp64).items())
-        + ": fp64 rounding (its relative precision is 1.1e-16), for the packed and the padded layouts alike.",
-    ]
-    if len(op_tables) > 1:
-        fp32 = op_tables[1]
-        by_label = {tuple(row[1:3]): row for row in fp32.rows if row[0].endswith("(baseline)")}
-        ratio = max(
-            a / b
-            for row in fp32.rows
-            if row[0] == "triton"
-            for a, b in zip(row[3:], by_label[tuple(row[1:3])][3:])
-            if b > 0
-        )
-        lines[-1] += (
-            f" fp32 Triton (the interpreter) is at most {max(f for f, _, _ in fp32.figures()):.1e} from the fp64 "
-            "reference, fp32 rounding: the same documents run alone through Triton (the baseline rows) are as far "
-            f"(each packed or padded figure is within {ratio:.1f}x of its baseline's), so documents add no error "
-            "of their own."
-        )
-    lines.append(
-        f"- **Not measured here.** GPUs (tests/test_tra_varlen.py runs the Triton checks on CUDA when there is "
-        f"one); rows longer than {max(sum(args.lengths), sum(args.op_lengths))} tokens; trained models; "
-        "bf16 and fp16."
-    )
-    return lines + [""]
+    lines += summary(model_tables + op_tables).markdown()
+    return "\n".join(lines)
 
 
 def main(argv=None) -> str:
