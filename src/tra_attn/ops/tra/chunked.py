@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from ..masks import compute_dtype
-from .dropout import LogitDropout, dropped
+from .dropout import SIGN, LogitDropout, scrambled
 from .segments import Segments, StripPlan, segments_of
 from .surrogate_backward import SurrogateState, kept_dropped_sums
 
@@ -123,15 +123,16 @@ class _Strip:
         arbitrary finite logits; callers mask them. ``active`` (N, R, 1) drops pruned rows.
         Without ``with_carry`` the count and the logits leave out the carry (the kept keys right of the block),
         a constant per row that the caller adds to the row's shift instead.
-        The scores s themselves are left in ws buffer 4 when ``ws.keep_scores`` is set (the surrogate).
+        With ``ws.scores_transform = (a, b)`` (the surrogate) the scores are also left as a * s + b in ws buffer 4.
         """
         r0, r1 = self.r0, self.r1
         q_rows = q_scaled[:, r0:r1]
         shape = (q_rows.shape[0], q_rows.shape[1], k_rev.shape[1])
         logits = torch.matmul(q_rows, k_rev.transpose(-1, -2), out=ws.get(0, shape))
         keep = torch.gt(logits, threshold, out=ws.get(1, shape))
-        if getattr(ws, "keep_scores", False):
-            ws.get(4, shape).copy_(logits)
+        transform = getattr(ws, "scores_transform", None)
+        if transform is not None:
+            torch.add(logits.new_tensor(transform[1]), logits, alpha=transform[0], out=ws.get(4, shape))
         if self.forced is not None:  # locally kept whatever the score (0/1 values: max is "or")
             n = min(self.forced.shape[0], r1 - r0)
             keep[:, :n].add_(self.forced[:n]).clamp_(max=1.0)
@@ -172,11 +173,9 @@ class _Strip:
         """(N, R, block) 0 or 1 / (1 - p) per logit of the strip (the hash of ``dropout.py``), in ws buffer 3."""
         rows = dropout.rows[:, self.r0 : self.r1, None]
         cols = dropout.cols[self.j0 : self.j1].flip(0)
-        int_shape = (shape[0], shape[1], shape[2])
-        drop = dropped(rows, cols, dropout.p32, ws.get(5, int_shape, torch.int32), ws.get(6, int_shape, torch.int32))
-        factors = ws.get(3, shape)
-        torch.logical_not(drop, out=ws.get(7, int_shape, torch.bool))
-        return factors.copy_(ws.get(7, int_shape, torch.bool)).mul_(dropout.scale)
+        x = scrambled(rows, cols, ws.get(5, shape, torch.int32), ws.get(6, shape, torch.int32))
+        # kept iff u = x ^ 2^31 >= p32, i.e. x (signed) >= p32 - 2^31
+        return torch.ge(x, dropout.p32 - SIGN, out=ws.get(3, shape)).mul_(dropout.scale)
 
 
 def _blocks(sk: int, block: int, first_key: int = 0):
@@ -380,7 +379,7 @@ class ChunkedTRA(torch.autograd.Function):
         if tau:
             sums = None if dropout is None else (dropped_values, dropped_count, dropout.scale)
             surrogate = SurrogateState(tau, threshold, m, lse, log_gate, grad_out, delta, sums)
-            ws.keep_scores = True
+            ws.scores_transform = surrogate.scores_transform
         for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1], plan)):
             strip = _Strip(j0, j1, sq, sk, q.dtype, q.device, *windows, plan)
             active = strip.restrict(None if stop is None else stop <= j0)  # the keys the forward visited

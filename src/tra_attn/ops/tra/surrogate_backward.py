@@ -34,16 +34,18 @@ def kept_dropped_sums(keep, factors, v_rev, values, count) -> None:
 class SurrogateState:
     """What the backward's strips share: the forward's row statistics and the carried sum R of dZ.
 
-    ``sums``: (values, count, 1 / (1 - p)) of ``kept_dropped_sums`` under dropout, else None.
+    ``sums``: (values, count, 1 / (1 - p)) of ``kept_dropped_sums`` under dropout, else None. The strips'
+    scores arrive as (s - threshold) / tau in ws buffer 4 (``scores_transform``).
     """
 
     def __init__(self, tau: float, threshold: float, m, lse, log_gate, grad_out, delta, sums=None):
-        self.tau, self.threshold = tau, threshold
-        self.cap = math.log(torch.finfo(m.dtype).max) / 2
+        self.scores_transform = (1.0 / tau, -threshold / tau)
+        cap = math.log(torch.finfo(m.dtype).max) / 2
         has_key = torch.isfinite(lse)
-        self.has_key = has_key.to(m.dtype)
-        self.top = torch.where(has_key, m, 0.0)  # rows with no kept key get no surrogate gradient (has_key)
-        self.gap = torch.where(has_key, lse - m, 0.0)  # L_i - m_i = log of the normaliser, >= 0
+        self.lse = lse
+        # min(l - m, cap) - (L - m) = min(l - L, cap - (L - m)); rows with no kept key get no surrogate gradient
+        self.ceiling = cap - torch.where(has_key, lse - m, 0.0)
+        self.slope_factor = has_key.to(m.dtype)[..., None] / tau
         self.log_gate = log_gate
         self.right = torch.zeros_like(lse)
         self.total = torch.zeros_like(lse)
@@ -53,31 +55,33 @@ class SurrogateState:
             self.total = torch.where(has_key, scale * torch.exp(-lse) * inner, 0.0)
 
     def weights(self, strip, logits, ws) -> torch.Tensor:
-        """(N, R, block) e_il: exp(min(l - m, cap) - (L - m)) for every key of the strip (p_il on kept ones)."""
+        """(N, R, block) e_il = exp(min(l - L, cap - (L - m))) for every key of the strip, in ws buffer 7; on kept
+        keys exactly the exact path's p (exp(l - L), clamped below the same way)."""
         rows = slice(strip.r0, strip.r1)
-        out = ws.get(7, logits.shape)
-        torch.sub(logits, self.top[:, rows, None], out=out).clamp_(max=self.cap).sub_(self.gap[:, rows, None])
-        return out.clamp_(_EXP_FLOOR[out.dtype], 80.0).exp_()
+        out = torch.sub(logits, self.lse[:, rows, None], out=ws.get(7, logits.shape))
+        torch.minimum(out, self.ceiling[:, rows, None], out=out)
+        return out.clamp_(min=_EXP_FLOOR[out.dtype]).exp_()
 
     def score_gradient(self, strip, dlogits, dp, weights, ws) -> torch.Tensor:
         """dZ plus sigma' * ((dP - Delta) e + g P) on the strip's decided entries; updates the carried R.
 
-        ``dp`` holds dP - Delta and is overwritten; ``ws`` buffer 4 holds the strip's scores."""
+        ``dp`` holds dP - Delta and is overwritten; ``ws`` buffer 4 holds (s - threshold) / tau."""
         rows = slice(strip.r0, strip.r1)
         shape = dlogits.shape
-        slope = torch.sub(ws.get(4, shape), self.threshold, out=ws.get(8, shape)).div_(self.tau).sigmoid_()
-        slope.mul_(1.0 - slope).mul_(self.has_key[:, rows, None] / self.tau)
+        sig = ws.get(4, shape).sigmoid_()
+        slope = torch.ops.aten.sigmoid_backward.grad_input(self.slope_factor[:, rows], sig, grad_input=ws.get(8, shape))
         decided = strip.decided()
         if decided is not None:
             slope[:, : decided.shape[0]].mul_(decided)
         same = strip.same_document(slope.dtype)
         if same is not None:
             slope.unflatten(0, (same.shape[0], -1)).mul_(same)
-        # P = T - R, with R the strict suffix sum of dZ: the carry from the right, plus this block's
-        # columns left of each one (the block is reversed: an exclusive cumulative sum).
-        suffix = torch.cumsum(dlogits, -1, out=ws.get(9, shape))
+        # P = T - R, with R the strict suffix sum of dZ: the carry from the right plus this block's columns
+        # left of each one (the block is reversed: an exclusive cumulative sum).
         carried = self.right[:, rows]
-        prefix = suffix.sub_(dlogits).add_(carried[..., None]).neg_().add_(self.total[:, rows, None])
-        carried.add_(dlogits.sum(-1))
-        relaxed = dp.mul_(weights).addcmul_(prefix, self.log_gate[:, rows, None]).mul_(slope)
-        return relaxed.add_(dlogits)
+        suffix = torch.cumsum(dlogits, -1, out=ws.get(9, shape))
+        row_total = suffix[..., -1].clone()
+        prefix = torch.sub(dlogits, suffix, out=suffix).add_((self.total[:, rows] - carried)[..., None])
+        carried.add_(row_total)
+        inner = dp.mul_(weights).addcmul_(prefix, self.log_gate[:, rows, None])
+        return torch.addcmul(dlogits, slope, inner, out=inner)
