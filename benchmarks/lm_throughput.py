@@ -39,7 +39,9 @@ def config(args, method: str, length: int) -> dict:
     variant = resolve_method(method)
     d_model, n_layers, n_heads = args.model
     model = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "vocab_size": 256, "dropout": 0.0}
-    model = {**model, "block_style": "prenorm", "attention": variant.attention, "cope_max_pos": length}
+    options = {"max_pos": length} if variant.attention == "cope" else {}  # CoPE's table covers the length
+    model = {**model, "block_style": "prenorm", "attention": variant.attention}
+    model["attention_options"] = {**options, **variant.options}
     return {
         "task": "lm",
         "task_args": {"corpus": "austen", "tokenizer": "byte"},

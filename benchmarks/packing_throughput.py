@@ -134,7 +134,7 @@ def make_model(method: str, args) -> TransformerLM:
         dropout=0.0,
         block_style="prenorm",
         attention=variant.attention,
-        cope_max_pos=args.length,
+        attention_options={**({"max_pos": args.length} if variant.attention == "cope" else {}), **variant.options},
         **variant.model,
     )
     torch.manual_seed(0)

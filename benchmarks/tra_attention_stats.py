@@ -76,9 +76,10 @@ def main() -> None:
         block.attn.register_forward_hook(record(i))
     with torch.no_grad():
         model(ids)
+    options = model.config.attention_options
     lines = [
         f"Command: `python {' '.join(['benchmarks/tra_attention_stats.py', *sys.argv[1:]])}`  ",
-        f"Checkpoint {path}; threshold {model.config.tra_threshold:g}; dense heads {model.config.tra_dense_heads}; "
+        f"Checkpoint {path}; threshold {options.threshold:g}; dense heads {options.dense_heads}; "
         f"score bound sqrt(D) = {model.config.head_dim**0.5:.2f}; {args.windows} validation windows of "
         f"{config.length} tokens",
         "",

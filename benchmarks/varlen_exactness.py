@@ -54,9 +54,9 @@ MODEL_BAR = 1e-5  # tests/test_padding_and_packing.py: atol = rtol = 1e-5 (here 
 FP64_BAR = 1e-12  # tests/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
 TRITON_BAR = 3e-5  # tests/test_tra_varlen.py, fp32 Triton: 3e-5 x max(1, max |reference|) (here unscaled)
 VARIANTS = {  # TRA with the keep rule's windows and dense heads (experiments/methods.py, README results)
-    "tra_local_window=4": {"tra_local_window": 4},
-    "tra_dense_heads=2": {"tra_dense_heads": 2},
-    "tra_dense_heads=2, tra_dense_window=16": {"tra_dense_heads": 2, "tra_dense_window": 16},
+    "tra_local_window=4": {"local_window": 4},
+    "tra_dense_heads=2": {"dense_heads": 2},
+    "tra_dense_heads=2, tra_dense_window=16": {"dense_heads": 2, "dense_window": 16},
 }
 KEEP_RULES = {"threshold 0": {}, "local 3, sliding 20": {"local_window": 3, "sliding_window": 20}}
 GRADIENTS = ("out", "dq", "dk", "dv", "dgate")
@@ -165,7 +165,7 @@ def _number(x) -> str:
 
 def tiny_model(kind: str, options: dict) -> TransformerLM:
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, attention=kind, **options)
+    config = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, attention=kind, attention_options=options)
     return TransformerLM(config).eval()
 
 
@@ -334,7 +334,7 @@ def measure_op(lengths: list[int], triton: bool) -> list[Table]:
 
 
 def cases(kinds: list[str]) -> list[tuple[str, str, dict]]:
-    """(label, kind, ModelConfig options): every kind asked for, and TRA's variants when TRA is asked for."""
+    """(label, kind, attention options): every kind asked for, and TRA's variants when TRA is asked for."""
     rows = [(kind, kind, {}) for kind in kinds]
     return rows + [(f"tra, {name}", "tra", options) for name, options in VARIANTS.items() if "tra" in kinds]
 

@@ -26,7 +26,7 @@ def tmp(tmp_path, trained):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00w1r1")
     (tmp_path / "unknown_field.json").write_text(json.dumps({"epochs": 3}))
-    (tmp_path / "version6.json").write_text(json.dumps({"version": 6}))
+    (tmp_path / "version7.json").write_text(json.dumps({"version": 7}))
     (tmp_path / "model_list.json").write_text(json.dumps({"model": [1]}))
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "results.jsonl").write_text(json.dumps({"task": "sorting", "metric": "x"}) + "\n")
@@ -62,13 +62,22 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--block-style", "post"], r"block_style = 'post'; expected 'prenorm' or 'paper'"),
     (["train", "--out", "{tmp}/r", "--dropout", "1"], r"ModelConfig\.dropout = 1\.0; expected a probability"),
     (["train", "--out", "{tmp}/r", "--d-model", "15"], r"ModelConfig\.d_model = 15; expected a multiple of n_heads"),
-    (["train", "--out", "{tmp}/r", "--tra-impl", "fast"], r"ModelConfig\.tra_impl = 'fast'; expected one of"),
-    (["train", "--out", "{tmp}/r", "--gate-bias-init", "nan"], r"gate_bias_init = nan; expected a finite number"),
+    (["train", "--out", "{tmp}/r", "--tra-impl", "fast"], r"TRAOptions\.impl = 'fast'; expected one of"),
+    (["train", "--out", "{tmp}/r", "--tra-gate-bias-init", "nan"], r"gate_bias_init = nan; expected a finite number"),
+    (
+        ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
+        r"--tra-local-window is an option of tra, tra_keygate, tra_nodistance; the model's attention is 'rope' "
+        r"\(its options: --rope-base\)",
+    ),
+    (
+        ["train", "--out", "{tmp}/r", "--attention", "alibi", "--cope-max-pos", "4"],
+        r"--cope-max-pos is an option of cope; the model's attention is 'alibi' \(its options: none\)",
+    ),
     # tra train: task arguments, config files, outputs, devices
     (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),
     (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
-    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version6.json"], r"version = 6; expected a version from 1 to 5"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version7.json"], r"version = 7; expected a version from 1 to 6"),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],
         r"ModelConfig: got list in --config; expected a JSON",

@@ -5,9 +5,9 @@ argument, shows the value and says what was expected."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -37,7 +37,6 @@ def small(kind="tra", **overrides):
         ({"d_model": 16.0}, r"ModelConfig\.d_model = 16\.0; expected a positive integer"),
         ({"n_layers": 0}, r"ModelConfig\.n_layers = 0; expected a positive integer"),
         ({"n_heads": -1}, r"ModelConfig\.n_heads = -1; expected a positive integer"),
-        ({"cope_max_pos": 0}, r"ModelConfig\.cope_max_pos = 0; expected a positive integer"),
         ({"d_model": 18, "n_heads": 4}, r"ModelConfig\.d_model = 18; expected a multiple of n_heads = 4"),
         ({"block_style": "post"}, r"ModelConfig\.block_style = 'post'; expected 'prenorm' or 'paper'"),
         ({"dropout": 1.0}, r"ModelConfig\.dropout = 1\.0; expected a probability in \[0, 1\)"),
@@ -49,21 +48,9 @@ def small(kind="tra", **overrides):
         ({"norm_eps": 0.0}, r"ModelConfig\.norm_eps = 0\.0; expected a finite positive number"),
         ({"norm_eps": math.nan}, r"ModelConfig\.norm_eps = nan; expected a finite positive number"),
         ({"init_std": -0.02}, r"ModelConfig\.init_std = -0\.02; expected a finite positive number"),
-        ({"rope_base": 0}, r"ModelConfig\.rope_base = 0; expected a finite positive number"),
-        ({"gate_bias_init": math.nan}, r"ModelConfig\.gate_bias_init = nan; expected a finite number"),
-        ({"gate_bias_init": -math.inf}, r"ModelConfig\.gate_bias_init = -inf; expected a finite number"),
-        ({"gate_bias_init": "0"}, r"ModelConfig\.gate_bias_init = '0'; expected a finite number"),
-        ({"tra_threshold": math.nan}, r"ModelConfig\.tra_threshold = nan; expected a number"),
-        ({"tra_threshold": "0"}, r"ModelConfig\.tra_threshold = '0'; expected a number"),
-        ({"tra_threshold_warmup": -1}, r"ModelConfig\.tra_threshold_warmup = -1; expected a non-negative integer"),
-        ({"tra_threshold_warmup": 2.0}, r"ModelConfig\.tra_threshold_warmup = 2\.0; expected a non-negative integer"),
-        ({"tra_local_window": -1}, r"ModelConfig\.tra_local_window = -1; expected a non-negative integer"),
-        ({"tra_local_window": True}, r"ModelConfig\.tra_local_window = True; expected a non-negative integer"),
-        ({"tra_dense_window": 1.5}, r"ModelConfig\.tra_dense_window = 1\.5; expected a non-negative integer"),
-        (
-            {"tra_dense_window": 16},
-            r"ModelConfig\.tra_dense_window = 16; expected 0 when tra_dense_heads = 0 \(the window applies to the",
-        ),
+        ({"attention": "TRA"}, r"ModelConfig\.attention = 'TRA'; expected one of \['tra'"),
+        ({"attention": None}, r"ModelConfig\.attention = None; expected one of"),
+        ({"attention": ["tra"]}, r"ModelConfig\.attention = \['tra'\]; expected one of"),
     ],
 )
 def test_bad_model_config(kwargs, pattern):
@@ -71,43 +58,80 @@ def test_bad_model_config(kwargs, pattern):
         ModelConfig(**kwargs)
 
 
+TRA = "threshold, impl, learned_temperature, dense_heads, local_window, dense_window, threshold_warmup"
+
+
 @pytest.mark.parametrize(
-    "kwargs,pattern",
+    "kind,options,pattern",
     [
+        ("cope", {"max_pos": 0}, r"CoPEOptions\.max_pos = 0; expected a positive integer"),
+        ("rope", {"base": 0}, r"RoPEOptions\.base = 0; expected a finite positive number"),
+        ("rope", {"base": True}, r"RoPEOptions\.base = True; expected a finite positive number"),
+        ("fox", {"gate_bias_init": math.nan}, r"FoXOptions\.gate_bias_init = nan; expected a finite number"),
+        ("tra", {"gate_bias_init": -math.inf}, r"TRAOptions\.gate_bias_init = -inf; expected a finite number"),
+        ("tra", {"gate_bias_init": "0"}, r"TRAOptions\.gate_bias_init = '0'; expected a finite number"),
+        ("tra", {"threshold": math.nan}, r"TRAOptions\.threshold = nan; expected a number"),
+        ("tra", {"threshold": "0"}, r"TRAOptions\.threshold = '0'; expected a number"),
+        ("tra", {"threshold_warmup": -1}, r"TRAOptions\.threshold_warmup = -1; expected a non-negative integer"),
+        ("tra", {"threshold_warmup": 2.0}, r"TRAOptions\.threshold_warmup = 2\.0; expected a non-negative integer"),
+        ("tra", {"local_window": -1}, r"TRAOptions\.local_window = -1; expected a non-negative integer"),
+        ("tra", {"local_window": True}, r"TRAOptions\.local_window = True; expected a non-negative integer"),
+        ("tra", {"dense_window": 1.5}, r"TRAOptions\.dense_window = 1\.5; expected a non-negative integer"),
+        ("tra", {"dense_window": 16}, r"dense_window = 16; expected 0 when dense_heads = 0 \(the window applies to"),
+        ("tra", {"dense_heads": 5}, r"TRAOptions\.dense_heads = 5; expected at most n_heads = 4"),
+        ("tra", {"keep_surrogate": -1.0}, r"TRAOptions\.keep_surrogate = -1\.0; expected a finite number >= 0"),
+        ("tra", {"impl": "cuda"}, r"TRAOptions\.impl = 'cuda'; expected one of \('auto', 'naive'"),
         (
-            {"attention": "rope", "d_model": 6, "n_heads": 2},
-            r"ModelConfig\.d_model = 6; expected an even head dimension",
+            "tra",
+            {"local_windw": 2},
+            rf"\['local_windw'\] are not options of attention = 'tra'; its options: {TRA}",
         ),
-        ({"attention": "TRA"}, r"ModelConfig\.attention = 'TRA'; expected one of \['tra'"),
-        ({"attention": None}, r"ModelConfig\.attention = None; expected one of"),
-        ({"attention": ["tra"]}, r"ModelConfig\.attention = \['tra'\]; expected one of"),
-        ({"tra_impl": "cuda"}, r"ModelConfig\.tra_impl = 'cuda'; expected one of \('auto', 'naive'"),
-        ({"attention": "tra_keygate", "tra_impl": "fast"}, r"ModelConfig\.tra_impl = 'fast'; expected one of"),
-        ({"attention": "fox", "tra_dense_heads": 1}, r"tra_dense_heads = 1; expected 0 for attention = 'fox', which"),
+        ("tra", [("local_window", 2)], r"attention_options = \[\('local_window', 2\)\]; expected a dict of the optio"),
+        ("tra_keygate", {"impl": "fast"}, r"\['impl'\] are not options of attention = 'tra_keygate'"),
+        ("tra_keygate", {"keep_surrogate": 1.0}, r"\['keep_surrogate'\] are not options of attention = 'tra_keygate'"),
+        ("fox", {"dense_heads": 1}, r"\['dense_heads'\] are not options of attention = 'fox'; its options: gate_bias"),
         (
-            {"attention": "rope", "tra_threshold_warmup": 3},
-            r"tra_threshold_warmup = 3; expected 0 for attention = 'rope'",
+            "rope",
+            {"threshold_warmup": 3},
+            r"\['threshold_warmup'\] are not options of attention = 'rope'; its options: base",
         ),
-        ({"attention": "fox", "tra_local_window": 2}, r"tra_local_window = 2; expected 0 for attention = 'fox'"),
+        ("alibi", {"dense_heads": 1}, r"\['dense_heads'\] are not options of attention = 'alibi'; its options: none"),
         (
-            {"attention": "tra_nothreshold", "tra_local_window": 2},
-            r"tra_local_window = 2; expected 0 for attention = 'tra_nothreshold', which has no TRA threshold",
+            "tra_nothreshold",
+            {"local_window": 2},
+            r"\['local_window'\] are not options of attention = 'tra_nothreshold'",
         ),
-        (
-            {"attention": "alibi", "tra_dense_heads": 1, "tra_dense_window": 8},
-            r"tra_dense_heads = 1; expected 0 for attention = 'alibi'",
-        ),
+        ("tra_nodistance", {"gate_bias_init": 1.0}, r"\['gate_bias_init'\] are not options of attention = 'tra_nodist"),
     ],
 )
-def test_the_registry_checks_run_where_models_and_runs_are_built(kwargs, pattern):
-    """The config is data: it holds these values; building a model (or a run) refuses them."""
-    config = ModelConfig(**{"n_heads": 4, **kwargs})
+def test_each_kind_declares_and_checks_its_options(kind, options, pattern):
+    """A kind's options are checked by the kind when the config is built: an unknown name lists the kind's
+    options, a bad value names the option (ModelConfig, and the layer built from plain arguments alike)."""
+    with pytest.raises(ValueError, match=pattern):
+        ModelConfig(attention=kind, n_heads=4, attention_options=options)
+    if isinstance(options, dict):
+        layer = ATTENTION_KINDS[kind].cls
+        with pytest.raises(ValueError, match=re.sub(r"attention = '\w*'?", layer.__name__, pattern)):
+            layer(16, 4, **options)
+
+
+def test_a_rope_head_dimension_must_be_even():
+    with pytest.raises(ValueError, match=r"d_model = 6; expected an even head dimension d_model / n_heads = 3"):
+        ModelConfig(attention="rope", d_model=6, n_heads=2)
+
+
+def test_a_config_edited_after_it_was_built_is_checked_where_models_and_runs_are_built():
+    """ModelConfig checks its kind and options when it is built; a config changed afterwards (a field set by
+    hand) is checked again by every model and run built from it."""
+    config = ModelConfig(n_heads=4, vocab_size=6)
+    config.attention = "rope"  # TRA's options stay: not RoPE's
+    pattern = r"ModelConfig\.attention_options = TRAOptions\(.*\); expected RoPEOptions for attention = 'rope'"
     with pytest.raises(ValueError, match=pattern):
         check_model_config(config)
     with pytest.raises(ValueError, match=pattern):
         TransformerLM(config)
     with pytest.raises(ValueError, match=pattern):
-        TrainConfig(task="flipflop", model=dataclasses.replace(config, vocab_size=6))
+        TrainConfig(task="flipflop", model=config)
 
 
 def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
@@ -124,7 +148,7 @@ def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
         ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 7}, r"ModelConfig: version = 7; expected a version from 1 to 6 \(newer files need a newer tra\)"),
+        ({"version": 8}, r"ModelConfig: version = 8; expected a version from 1 to 7 \(newer files need a newer tra\)"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],

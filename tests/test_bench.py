@@ -14,7 +14,7 @@ from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell, unfit_methods
 from tra_attn.experiments.flipflop.presets import PRESETS as FLIPFLOP_PRESETS
 from tra_attn.experiments.registry import experiments
-from tra_attn.utils.jsonl import read_jsonl
+from tra_attn.utils.rows import read_rows
 
 SWEEP = ["--lrs", "1e-3", "3e-3"]
 TINY_SUITE = ["bench", "--suite", "--tasks", "mqar", "majority", "--preset", "tiny", "--methods", "tra", "nope"]
@@ -47,15 +47,15 @@ def test_the_sweep_runs_on_the_sweep_seeds_and_the_other_seeds_at_the_selected_r
         for method in ("nope", "tra"):
             expected += [f"{method}/lr0.001-seed0", f"{method}/lr0.003-seed0", f"{method}/lr{selected[method]:g}-seed1"]
         assert run_folders(suite / task) == sorted(expected)
-        sweep = read_jsonl(suite / task / "sweep.jsonl")
+        sweep = read_rows(suite / task / "sweep.jsonl")
         assert {r["seed"] for r in sweep} == {0}  # the sweep's table sees the sweep seeds only
-        rows = read_jsonl(suite / task / "results.jsonl")
+        rows = read_rows(suite / task / "results.jsonl")
         assert {(r["method"], r["lr"]) for r in rows} == set(selected.items())
         assert {r["seed"] for r in rows} == {0, 1}
 
 
 def test_the_suite_page_has_a_summary_and_every_tasks_tables(suite):
-    rows = read_jsonl(suite / "results.jsonl")
+    rows = read_rows(suite / "results.jsonl")
     assert {r["task"] for r in rows} == {"mqar", "majority"}
     page = (suite / "results.md").read_text()
     assert page.startswith("# Length-generalisation suite")
@@ -68,7 +68,7 @@ def test_the_suite_page_has_a_summary_and_every_tasks_tables(suite):
 
 
 def test_runs_trained_to_fit_record_their_steps(suite):
-    rows = read_jsonl(suite / "mqar" / "results.jsonl")
+    rows = read_rows(suite / "mqar" / "results.jsonl")
     steps = [r for r in rows if r["split"] == "validation" and r["metric"] == "steps"]
     assert len(steps) == 4 and all(r["value"] == 10 for r in steps)  # the cap: the tiny preset never fits
     assert all(r["config"]["fit_accuracy"] == 0.99 for r in rows)

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from tra_attn.cli import main
-from tra_attn.utils.jsonl import read_jsonl, write_jsonl
+from tra_attn.utils.rows import read_rows, write_rows
 
 TINY_TRAIN = [
     "--d-model",
@@ -68,7 +68,7 @@ def test_data_then_eval_on_the_file(tmp_path, capsys):
     rows_path = tmp_path / "rows.jsonl"
     code, out, _ = run(["eval", "--checkpoint", tmp_path / "run", "--data", data, "--out", rows_path], capsys)
     assert code == 0 and "ff" in out
-    rows = read_jsonl(rows_path)
+    rows = read_rows(rows_path)
     assert {r["metric"] for r in rows} == {"full_seq_acc", "token_acc", "loss", "sequences", "scored_tokens"}
     assert all(r["split"] == "ff" and r["length"] == 24 and r["method"] == "tra" for r in rows)
 
@@ -110,7 +110,7 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     code, out, _ = run(argv, capsys)
     assert code == 0
     assert re.search(r"^\| TRA( †)? \| 0.003 \| 2 \|", out, re.M) and re.search(r"^\| NoPE( †)? \|", out, re.M)
-    rows = read_jsonl(out_dir / "results.jsonl")
+    rows = read_rows(out_dir / "results.jsonl")
     assert {(r["method"], r["seed"]) for r in rows} == {("tra", 0), ("tra", 1), ("nope", 0), ("nope", 1)}
     assert {"task", "split", "length", "method", "seed", "metric", "value", "config", "commit"} <= set(rows[0])
     assert (out_dir / "accuracy.png").stat().st_size > 1000
@@ -118,16 +118,16 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     mtime = (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime
     assert run(argv, capsys)[0] == 0
     assert (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime == mtime
-    assert read_jsonl(out_dir / "results.jsonl") == rows
+    assert read_rows(out_dir / "results.jsonl") == rows
     # A run evaluated before a test split existed is evaluated again from its final checkpoint.
     eval_path = out_dir / "runs/nope/lr0.003-seed1/eval.jsonl"
-    stale = [r for r in read_jsonl(eval_path) if r["split"] != "sparse"]
-    write_jsonl(eval_path, stale)
+    stale = [r for r in read_rows(eval_path) if r["split"] != "sparse"]
+    write_rows(eval_path, stale)
     assert run(argv, capsys)[0] == 0
-    assert read_jsonl(eval_path) == [
-        r for r in read_jsonl(out_dir / "results.jsonl") if r["method"] == "nope" and r["seed"] == 1
+    assert read_rows(eval_path) == [
+        r for r in read_rows(out_dir / "results.jsonl") if r["method"] == "nope" and r["seed"] == 1
     ]
-    assert sorted(map(json.dumps, read_jsonl(out_dir / "results.jsonl"))) == sorted(map(json.dumps, rows))
+    assert sorted(map(json.dumps, read_rows(out_dir / "results.jsonl"))) == sorted(map(json.dumps, rows))
     notes = tmp_path / "notes.md"
     notes.write_text("TRA wins.")
     code, out, _ = run(["report", out_dir, "--notes", notes, "--markdown", tmp_path / "page.md"], capsys)
@@ -152,11 +152,11 @@ def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):
     ]
     assert run(argv, capsys)[0] == 0
     selected = json.loads((tmp_path / "selected_lrs.json").read_text())
-    sweep = read_jsonl(tmp_path / "sweep.jsonl")
+    sweep = read_rows(tmp_path / "sweep.jsonl")
     acc = {r["lr"]: r["value"] for r in sweep if r["split"] == "validation" and r["metric"] == "full_seq_acc"}
     best = max(acc, key=lambda lr: (acc[lr], -lr))
     assert selected == {"tra": best}
-    assert {r["lr"] for r in read_jsonl(tmp_path / "results.jsonl")} == {best}
+    assert {r["lr"] for r in read_rows(tmp_path / "results.jsonl")} == {best}
     assert "Learning-rate sweep" in (tmp_path / "results.md").read_text()
 
 
@@ -220,7 +220,7 @@ def test_eval_creates_the_folder_of_its_output_before_evaluating(tmp_path, capsy
     run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
     rows_path = tmp_path / "new" / "folder" / "rows.jsonl"
     code, _, _ = run(["eval", "--checkpoint", tmp_path / "run", "--sequences", "8", "--out", rows_path], capsys)
-    assert code == 0 and {r["split"] for r in read_jsonl(rows_path)} == {"iid", "sparse", "dense"}
+    assert code == 0 and {r["split"] for r in read_rows(rows_path)} == {"iid", "sparse", "dense"}
 
 
 def test_eval_of_a_save_pretrained_model_needs_the_task_and_length(tmp_path, capsys):

@@ -18,7 +18,7 @@ from tra_attn.experiments.preset import Preset
 from tra_attn.experiments.procedural import procedural_experiment
 from tra_attn.experiments.registry import experiments, register_experiment, unregister_experiment
 from tra_attn.experiments.tables import sweep_table
-from tra_attn.utils.jsonl import read_jsonl
+from tra_attn.utils.rows import read_rows
 
 SRC = Path(__file__).parents[1] / "src" / "tra_attn"
 TINY = ["--preset", "tiny", "--methods", "tra", "--no-progress"]
@@ -55,7 +55,7 @@ def test_a_task_added_by_one_record_runs_through_compare_and_report(few_pairs, t
     page = (tmp_path / "results.md").read_text()
     assert page.startswith("# mqar: TRA, ablations and baselines") and page in out
     assert "(num_keys=8, num_pairs=2, num_values=8)" in page and "Learning-rate sweep" in page
-    rows = read_jsonl(tmp_path / "results.jsonl")
+    rows = read_rows(tmp_path / "results.jsonl")
     assert {r["config"]["task_args"]["num_pairs"] for r in rows} == {2} and {r["method"] for r in rows} == {"tra"}
     assert sorted(p.name for p in (tmp_path / "runs" / "tra").iterdir()) == ["lr0.001-seed0", "lr0.003-seed0"]
     assert run(["report", tmp_path], capsys)[0] == 0
@@ -74,7 +74,7 @@ def test_a_diverging_learning_rate_is_recorded_as_diverged_and_never_selected(fe
     assert f"{diverged_run}: training diverged at step 2" in out
     assert re.search(r"^\| TRA \| \d\.\d{3} \| diverged \| 0\.003 \|$", out, re.M)  # the sweep table
     assert json.loads((tmp_path / "selected_lrs.json").read_text()) == {"tra": 0.003}
-    rows = {r["metric"]: r["value"] for r in read_jsonl(diverged_run / "eval.jsonl")}
+    rows = {r["metric"]: r["value"] for r in read_rows(diverged_run / "eval.jsonl")}
     assert rows.keys() == {"full_seq_acc", "diverged"} and math.isnan(rows["full_seq_acc"]) and rows["diverged"] == 2
     assert not (diverged_run / "checkpoints").exists()
     before = (diverged_run / "eval.jsonl").stat().st_mtime_ns
@@ -108,12 +108,12 @@ def test_the_aliases_find_the_runs_of_compare_and_write_the_same_rows(tmp_path, 
     steps = ["--steps", "4"]
     for alias in (["flipflop"], ["bench", "--task", "flipflop"]):
         assert run(["compare", "flipflop", *TINY, *steps, "--out", tmp_path / alias[0]], capsys)[0] == 0
-        rows = read_jsonl(tmp_path / alias[0] / "results.jsonl")
+        rows = read_rows(tmp_path / alias[0] / "results.jsonl")
         eval_file = tmp_path / alias[0] / "runs" / "tra" / "lr0.003-seed0" / "eval.jsonl"
         before = eval_file.stat().st_mtime_ns
         code, out, _ = run([*alias, *TINY, *steps, "--out", tmp_path / alias[0]], capsys)
         assert code == 0 and eval_file.stat().st_mtime_ns == before
-        assert read_jsonl(tmp_path / alias[0] / "results.jsonl") == rows
+        assert read_rows(tmp_path / alias[0] / "results.jsonl") == rows
         assert json.loads((tmp_path / alias[0] / "run.json").read_text())["command"].startswith(f"tra {alias[0]} ")
 
 
@@ -126,8 +126,8 @@ def test_lm_sweeps_on_the_sweep_seeds_only(tmp_path, capsys, monkeypatch):
     selected = json.loads((tmp_path / "cmp" / "selected_lrs.json").read_text())["tra"]
     folders = sorted(p.name for p in (tmp_path / "cmp" / "runs" / "tra").iterdir())
     assert folders == sorted(["lr0.001-seed0", "lr0.003-seed0", f"lr{selected:g}-seed1"])
-    assert {r["seed"] for r in read_jsonl(tmp_path / "cmp" / "sweep.jsonl")} == {0}
-    assert {(r["lr"], r["seed"]) for r in read_jsonl(tmp_path / "cmp" / "results.jsonl")} == {
+    assert {r["seed"] for r in read_rows(tmp_path / "cmp" / "sweep.jsonl")} == {0}
+    assert {(r["lr"], r["seed"]) for r in read_rows(tmp_path / "cmp" / "results.jsonl")} == {
         (selected, 0),
         (selected, 1),
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,21 +25,31 @@ from tra_attn.experiments.methods import (
     unregister_method,
 )
 from tra_attn.experiments.tables import color, label, ordered
-from tra_attn.layers import Attention, unregister_attention
+from tra_attn.layers import Attention, KindOptions, option, unregister_attention
 from tra_attn.models import IGNORE_INDEX, loss
 from tra_attn.ops.causal import causal_sdpa
 from tra_attn.utils.cli_help import HelpFormatter
+from tra_attn.utils.rows import read_rows
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SRC = Path(__file__).parents[1] / "src" / "tra_attn"
 
 
+@dataclass(frozen=True)
+class HalfScaleOptions(KindOptions):
+    prefix = "half"
+    factor: float = option(0.5, "the factor on the usual logit scale")
+
+
 class HalfScaleNoPE(Attention):
-    """A new kind defined outside the package: causal attention with half the usual logit scale."""
+    """A new kind defined outside the package: causal attention with a fraction (its option) of the usual
+    logit scale."""
+
+    Options = HalfScaleOptions
 
     def attend(self, x, q, k, v, cache):
         k, v, _ = self.with_cache(cache, k, v)
-        return causal_sdpa(q, k, v, scale=0.5 / self.head_dim**0.5)
+        return causal_sdpa(q, k, v, scale=self.options.factor / self.head_dim**0.5)
 
 
 @pytest.fixture
@@ -51,7 +62,7 @@ def half_scale_layer():
 
 @pytest.fixture
 def half_scale_kind(half_scale_layer):
-    """The new kind with its method row (label, colour), as the README registers one."""
+    """The new kind with its method row (label, colour), as docs/model.md registers one."""
     method = register_method(Method("half_scale_nope", "half_scale_nope", "NoPE, half scale", "#17becf"))
     yield half_scale_layer
     unregister_method(method.name)
@@ -73,38 +84,58 @@ def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_e
 
 def test_a_kind_registered_without_a_method_row_is_a_method_under_its_own_name(half_scale_layer):
     name = "half_scale_nope"
-    assert resolve_method(name) == Method(name, name, name, None) and name == method_names()[-1]
-    assert (label(name), color(name), preset_lr({}, None, name)) == (name, None, 1e-3)
+    assert resolve_method(name) == Method(name, name) and name == method_names()[-1]
+    assert (label(name), preset_lr({}, None, name)) == (name, 1e-3)
+    assert color(name) == resolve_method(name).color == Method(name, name).color  # a palette colour, by the name
     assert ordered([name, "fox_paperblock", "tra"]) == ["tra", "fox_paperblock", name]
+
+
+def test_a_kind_registered_outside_the_package_owns_its_options(half_scale_layer, tmp_path):
+    """A new kind's options are one dataclass: the config checks them, the layer builds from plain arguments,
+    `tra train` has a flag for each, methods set them."""
+    config = ModelConfig(
+        vocab_size=13, d_model=16, n_heads=2, attention="half_scale_nope", attention_options={"factor": 1}
+    )
+    assert config.attention_options == HalfScaleOptions(factor=1.0)
+    with pytest.raises(
+        ValueError, match=r"\['scale'\] are not options of attention = 'half_scale_nope'; its options: factor"
+    ):
+        ModelConfig(attention="half_scale_nope", attention_options={"scale": 1.0})
+    assert HalfScaleNoPE(d_model=16, n_heads=2, factor=0.25).options.factor == 0.25
+    parsed = build_parser().parse_args(["train", "--out", "x", "--half-factor", "0.1"])  # a flag of its own
+    assert parsed.option_half_factor == 0.1
+    argv = ["train", "--out", str(tmp_path / "r"), "--attention", "half_scale_nope", "--half-factor", "0.75"]
+    argv += ["--steps", "1", "--length", "8", "--batch-size", "2", "--eval-every", "0", "--d-model", "16"]
+    assert main([*argv, "--no-progress"]) == 0
+    saved = json.loads((tmp_path / "r" / "train_config.json").read_text())
+    assert saved["model"]["attention_options"] == {"factor": 0.75}
 
 
 def test_a_method_registered_in_a_test_file_runs_in_a_tiny_comparison(tmp_path):
     """Adding a method is one row: here a TRA variant with its own label, colour and learning rate."""
     register_method(
         Method(
-            "tra_threshold-2",
+            "tra_low",
             "tra",
             "TRA, threshold -2",
             "#17becf",
             lr=2e-3,
             description="threshold -2 instead of 0",
-            model={"tra_threshold": -2.0},
+            options={"threshold": -2.0},
         )
     )
-    argv = ["flipflop", "--preset", "tiny", "--methods", "tra_threshold-2", "--out", str(tmp_path), "--no-progress"]
+    argv = ["flipflop", "--preset", "tiny", "--methods", "tra_low", "--out", str(tmp_path), "--no-progress"]
     try:
         # Its rate is the row's where a preset has none; the tiny preset sets one for every method (3e-3).
-        assert (
-            preset_lr({}, None, "tra_threshold-2") == 2e-3 and preset_lr({"tra": 5e-3}, 1e-4, "tra_threshold-2") == 5e-3
-        )
+        assert preset_lr({}, None, "tra_low") == 2e-3 and preset_lr({"tra": 5e-3}, 1e-4, "tra_low") == 5e-3
         assert main(argv) == 0
     finally:
-        unregister_method("tra_threshold-2")
+        unregister_method("tra_low")
     page = (tmp_path / "results.md").read_text()
     assert re.search(r"\| TRA, threshold -2( †)? \| 0\.003 \| 1 \|", page)
-    assert "| tra_threshold-2 | TRA | threshold -2 instead of 0 | `tra_threshold=-2.0` |" in page
-    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert {(r["method"], r["config"]["model"]["tra_threshold"]) for r in rows} == {("tra_threshold-2", -2.0)}
+    assert "| tra_low | TRA | threshold -2 instead of 0 | `tra_threshold=-2.0` |" in page
+    rows = read_rows(tmp_path / "results.jsonl")
+    assert {(r["method"], r["config"]["model"]["attention_options"]["threshold"]) for r in rows} == {("tra_low", -2.0)}
 
 
 def test_registering_a_taken_name_or_a_non_layer_is_refused():
@@ -125,8 +156,16 @@ def test_registering_a_taken_name_or_a_non_layer_is_refused():
             r"'fox' is an attention kind; expected its row to run it unchanged",
         ),
         (Method("x", "tra", "X", None, lr=0.0), ValueError, r"x\.lr = 0\.0; expected a finite positive learning rate"),
-        (Method("x", "tra", "X", None, model=[]), TypeError, r"x\.model and \.train = \[\], \{\}; expected dicts"),
+        (
+            Method("x", "tra", model=[]),
+            TypeError,
+            r"x\.options, \.model and \.train = \{\}, \[\], \{\}; expected dicts",
+        ),
         (Method("tra_dense1", "tra", "X", None), ValueError, r"'tra_dense1' is already registered"),
+        (Method("tra-x", "tra"), ValueError, r"name 'tra-x'; expected lowercase letters, digits and underscores"),
+        (Method("tra_0.5", "tra"), ValueError, r"name 'tra_0\.5'; expected lowercase letters, .* write 0\.5 as 0p5"),
+        (Method("x", "tra", options={"base": 2.0}), ValueError, r"\['base'\] are not options of attention = 'tra'"),
+        (Method("x", "tra", model={"attention": "rope"}), ValueError, r"x\.model sets the attention; expected it in"),
     ],
 )
 def test_bad_method_rows_are_refused(method, error, pattern):
@@ -194,6 +233,11 @@ def test_every_flag_of_every_command_has_a_help_text_that_states_its_default():
             if not (action.required or "default" in text):
                 missing.append(f"tra {name} {action.option_strings[0]}")
     assert missing == []
+
+
+def test_help_is_plain_text_without_docstring_markup():
+    for name, parser in [("", build_parser()), *subcommand_parsers(build_parser())]:
+        assert "``" not in parser.format_help(), f"tra {name} --help"
 
 
 def test_the_help_of_every_command_renders():

@@ -31,7 +31,8 @@ def pair(kind: str, seed: int = 0, **fields) -> tuple[TransformerLM, TRAForCausa
     """A library model and its Hugging Face wrapper holding the same weights."""
     torch.manual_seed(seed)
     fields = {"vocab_size": 40, **fields}
-    config = ModelConfig(d_model=32, n_layers=2, n_heads=4, attention=kind, cope_max_pos=32, **fields)
+    options = {"max_pos": 32} if kind == "cope" else {}
+    config = ModelConfig(d_model=32, n_layers=2, n_heads=4, attention=kind, attention_options=options, **fields)
     model = TransformerLM(config).eval()
     wrapper = TRAForCausalLM(TRAConfig.from_model_config(config)).eval()
     wrapper.model.load_state_dict(model.state_dict())

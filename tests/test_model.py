@@ -13,7 +13,7 @@ from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 KINDS = sorted(ATTENTION_KINDS)
 # Every kind as it is, and the TRA kinds with a threshold also with the keep rule's windows (a local window
 # shorter than the cached prefix, and a windowed dense head): the cache holds every key, the windows pick.
-WINDOWS = {"tra_local_window": 3, "tra_dense_heads": 1, "tra_dense_window": 5}
+WINDOWS = {"attention_options": {"local_window": 3, "dense_heads": 1, "dense_window": 5}}
 CACHE_CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
 
 
@@ -85,9 +85,9 @@ def test_from_pretrained_rejects_missing_and_corrupt_directories(tmp_path):
 
 
 def test_gate_bias_init_sets_gate_biases():
-    model = TransformerLM(tiny_config("tra", gate_bias_init=3.0))
+    model = TransformerLM(tiny_config("tra", attention_options={"gate_bias_init": 3.0}))
     assert all((b.attn.gate_proj.bias == 3.0).all() for b in model.blocks)
-    fox = TransformerLM(tiny_config("fox", gate_bias_init=-1.0))
+    fox = TransformerLM(tiny_config("fox", attention_options={"gate_bias_init": -1.0}))
     assert all((b.attn.fgate_proj.bias == -1.0).all() for b in fox.blocks)
 
 
@@ -98,7 +98,7 @@ TRA_KINDS = [k for k in KINDS if k.startswith("tra")]
 def test_learned_temperature_starts_as_plain_tra_and_learns(kind):
     torch.manual_seed(4)
     plain = TransformerLM(tiny_config(kind)).double()
-    tempered = TransformerLM(tiny_config(kind, tra_learned_temperature=True)).double()
+    tempered = TransformerLM(tiny_config(kind, attention_options={"learned_temperature": True})).double()
     missing, unexpected = tempered.load_state_dict(plain.state_dict(), strict=False)
     assert unexpected == [] and missing == [f"blocks.{i}.attn.log_temperature" for i in range(2)]
     ids = torch.randint(0, 13, (2, 17))
@@ -116,9 +116,9 @@ def test_learned_temperature_starts_as_plain_tra_and_learns(kind):
 
 
 def test_version_2_model_configs_load_without_a_temperature():
-    data = {**tiny_config("tra").to_dict(), "version": 2}
-    del data["tra_learned_temperature"]
-    assert ModelConfig.from_dict(data).tra_learned_temperature is False
+    data = {k: v for k, v in tiny_config("tra").to_dict().items() if k != "attention_options"}
+    data = {**data, "version": 2, "tra_threshold": 0.0, "tra_impl": "auto", "gate_bias_init": 0.0}
+    assert ModelConfig.from_dict(data).attention_options.learned_temperature is False
 
 
 @pytest.mark.parametrize("kind,options", CACHE_CASES, ids=cache_case_id)

@@ -14,7 +14,7 @@ from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.masks import document_mask, document_positions
 
 # Every kind, and the TRA kinds with a threshold also with the keep rule's windows and a dense head.
-WINDOWS = {"tra_local_window": 2, "tra_dense_heads": 1, "tra_dense_window": 3}
+WINDOWS = {"attention_options": {"local_window": 2, "dense_heads": 1, "dense_window": 3}}
 KINDS = sorted(ATTENTION_KINDS)  # the built-in kinds (read before any test registers one)
 CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
 LENGTHS = (5, 3, 7)  # three documents

@@ -1,4 +1,4 @@
-"""The README's Python examples run as written (from a temporary working directory)."""
+"""The Python examples of the README and of docs/model.md run as written (from a temporary working directory)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tra_attn.experiments.methods import unregister_method
 from tra_attn.layers import unregister_attention
 
 README = Path(__file__).parents[1] / "README.md"
+MODEL_DOC = README.parent / "docs" / "model.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
@@ -21,14 +22,32 @@ def test_the_readme_has_examples():
 def test_the_readme_examples_run_in_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    try:
-        for block in BLOCKS:
-            exec(compile(block, str(README), "exec"), namespace)
-    finally:
-        unregister_method("mine_paperblock")
-        unregister_method("mine")
-        unregister_attention("mine")
+    for block in BLOCKS:
+        exec(compile(block, str(README), "exec"), namespace)
     assert (tmp_path / "my_model" / "model.safetensors").is_file()
+
+
+def test_the_model_guide_examples_run_in_order(tmp_path, monkeypatch):
+    """docs/model.md: the config, a drop-in layer, a kind and methods of one's own, and training from Python
+    (its config is built and checked for real; the 2000-step run itself is not: ``train`` only records it)."""
+    import tra_attn.training
+
+    monkeypatch.chdir(tmp_path)
+    trained = []
+    monkeypatch.setattr(tra_attn.training, "train", lambda config, out, **_: trained.append((config, out)))
+    namespace: dict = {}
+    blocks = re.findall(r"```python\n(.*?)```", MODEL_DOC.read_text(), re.S)
+    assert len(blocks) >= 4
+    try:
+        for block in blocks:
+            exec(compile(block, str(MODEL_DOC), "exec"), namespace)
+    finally:
+        for name in ("mine_hot", "mine_paperblock", "mine"):
+            unregister_method(name)
+        unregister_attention("mine")
+    assert namespace["MyAttention"](d_model=8, n_heads=2, temperature=2.0).options.temperature == 2.0
+    [(config, out)] = trained
+    assert config.model.attention_options.local_window == 4 and out == "runs/tra_local4"
 
 
 @pytest.mark.parametrize("command", ["tra flipflop", "python -m pytest -q"])

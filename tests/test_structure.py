@@ -112,16 +112,26 @@ def test_the_checker_sees_a_deferred_import_circle(tmp_path):
 
 # Rooms below the experiments that every task and attention kind passes through: none of them may name a
 # task or a kind's option (a TRA-specific step in the training loop, a flip-flop branch in evaluation...).
-GENERIC_ROOMS = ["training", "metrics", "utils", "data/task.py", "models/lm.py", "models/loss.py", "models/io.py"]
+GENERIC_ROOMS = ["training", "metrics", "utils", "data/task.py", "models", "hf", "cli/train.py", "cli/compare.py"]
+GENERIC_ROOMS += ["experiments/engine.py", "experiments/runs.py", "experiments/tables.py", "experiments/preset.py"]
 NAMED = re.compile(r"\btra_(?!attn\b)\w+|\brope_base\b|\bcope_max_pos\b|\bflipflop\b|\bmqar\b|\bselective_copy\b")
 
 
 def migration_lines(source: str) -> set[int]:
-    """Line numbers of ``migrate`` functions: reading an old file may name the field it moves elsewhere."""
+    """Line numbers of migration code (functions and tables named for migrating or legacy files, or for an old
+    version's defaults): reading an old file may name the field it moves elsewhere."""
+    migrating = re.compile(r"migrat|legacy|^V\d+_DEFAULTS$", re.IGNORECASE)
+
+    def names(node) -> list[str]:
+        if isinstance(node, ast.FunctionDef):
+            return [node.name]
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+
     return {
         line
         for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef) and node.name == "migrate"
+        if isinstance(node, (ast.FunctionDef, ast.Assign)) and any(migrating.search(n) for n in names(node))
         for line in range(node.lineno, node.end_lineno + 1)
     }
 

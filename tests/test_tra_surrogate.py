@@ -157,7 +157,8 @@ CONFIG = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=2)
 
 def test_the_layer_relaxes_in_training_only_and_never_changes_the_values():
     torch.manual_seed(0)
-    relaxed, exact = TransformerLM(ModelConfig(**CONFIG, tra_keep_surrogate=1.0)), TransformerLM(ModelConfig(**CONFIG))
+    relaxed = TransformerLM(ModelConfig(**CONFIG, attention_options={"keep_surrogate": 1.0}))
+    exact = TransformerLM(ModelConfig(**CONFIG))
     exact.load_state_dict(relaxed.state_dict())
     ids = torch.randint(0, 13, (2, 17))
     torch.testing.assert_close(relaxed.eval()(ids), exact.eval()(ids), atol=0, rtol=0)
@@ -174,33 +175,31 @@ def test_the_layer_relaxes_in_training_only_and_never_changes_the_values():
     assert layer.eval().surrogate_temperature(0.0) == 0.0
 
 
-def test_the_config_field_its_checks_and_old_versions():
-    assert ModelConfig.from_dict({**ModelConfig().to_dict(), "version": 5}).tra_keep_surrogate == 0.0
-    saved = {**ModelConfig().to_dict(), "version": 5}
-    del saved["tra_keep_surrogate"]
-    assert ModelConfig.from_dict(saved) == ModelConfig()
+def test_the_option_its_checks_and_old_versions():
+    v5 = {"version": 5, "tra_threshold": 0.0, "tra_impl": "auto", "tra_learned_temperature": False}
+    v5 |= {"tra_dense_heads": 0, "tra_threshold_warmup": 0, "gate_bias_init": 0.0}
+    v5 |= {k: v for k, v in ModelConfig().to_dict().items() if k not in ("version", "attention_options")}
+    assert ModelConfig.from_dict(v5) == ModelConfig()  # no keep surrogate, no windows
+    assert ModelConfig.from_dict({**v5, "version": 6, "tra_local_window": 0, "tra_dense_window": 0,
+                                  "tra_keep_surrogate": 0.5}).attention_options.keep_surrogate == 0.5  # fmt: skip
     for bad in (-1.0, float("inf"), float("nan"), "0.5", True):
-        with pytest.raises(ValueError, match=r"tra_keep_surrogate = .*; expected a finite temperature >= 0"):
-            ModelConfig(tra_keep_surrogate=bad)
-    for kind, reason in (("nope", "which has no TRA threshold"), ("tra_nothreshold", "which has no TRA threshold")):
-        with pytest.raises(
-            ValueError, match=rf"tra_keep_surrogate = 0.5; expected 0 for attention = '{kind}', {reason}"
-        ):
-            TransformerLM(ModelConfig(**CONFIG, attention=kind, tra_keep_surrogate=0.5))
-    with pytest.raises(ValueError, match=r"tra_keep_surrogate = 0.5; expected 0 .* 'tra_keygate', whose op"):
-        TransformerLM(ModelConfig(**CONFIG, attention="tra_keygate", tra_keep_surrogate=0.5))
+        with pytest.raises(ValueError, match=r"TRAOptions\.keep_surrogate = .*; expected a finite number >= 0"):
+            ModelConfig(attention_options={"keep_surrogate": bad})
+    for kind in ("nope", "tra_nothreshold", "tra_keygate"):
+        with pytest.raises(ValueError, match=rf"\['keep_surrogate'\] are not options of attention = '{kind}'"):
+            ModelConfig(**CONFIG, attention=kind, attention_options={"keep_surrogate": 0.5})
 
 
 def test_a_tiny_model_trains_with_the_surrogate_and_saves_it(tmp_path):
     base = dict(task="flipflop", task_args={"p_ignore": 0.8, "final_read": True}, length=16, steps=2, batch_size=4)
     base.update(lr=3e-3, eval_every=0, checkpoint_every=2)
     for name, tau in (("relaxed", 0.5), ("exact", 0.0)):
-        model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, tra_keep_surrogate=tau)
+        model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention_options={"keep_surrogate": tau})
         train(TrainConfig(**base, model=model), tmp_path / name, progress=False)
     relaxed, exact = (
         TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / name)) for name in ("relaxed", "exact")
     )
-    assert relaxed.config.tra_keep_surrogate == 0.5
+    assert relaxed.config.attention_options.keep_surrogate == 0.5
     weights = relaxed.state_dict(), exact.state_dict()
     assert all(torch.isfinite(w).all() for w in weights[0].values())
     assert any(not torch.equal(weights[0][name], weights[1][name]) for name in weights[1])

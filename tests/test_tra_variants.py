@@ -1,6 +1,6 @@
 """TRA options studied on text (threshold warm-up: train with a lowered threshold, evaluate exact; dense
-heads: some heads keep every causal key) and named variants (a kind with config fields changed, run as a
-method of a comparison)."""
+heads: some heads keep every causal key) and named variants (a kind with options or config fields changed,
+run as a method of a comparison)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.experiments.engine import run_comparison, run_config
 from tra_attn.experiments.flipflop import FLIPFLOP
 from tra_attn.experiments.flipflop.presets import PRESETS
-from tra_attn.experiments.methods import METHODS, VARIANTS, preset_lr, resolve_method
+from tra_attn.experiments.methods import FAMILIES, METHODS, preset_lr, resolve_method
 from tra_attn.experiments.runs import check_methods
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
+from tra_attn.utils.rows import read_rows
 
 
 def tiny(attention="tra", warmup=0, **overrides) -> TrainConfig:
-    model = ModelConfig(
-        vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=attention, tra_threshold_warmup=warmup
-    )
+    options = {"threshold_warmup": warmup} if warmup else {}
+    model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=attention, attention_options=options)
     base = dict(
         task="flipflop",
         task_args={"p_ignore": 0.8, "final_read": True},
@@ -61,11 +61,11 @@ def tra_layers(model) -> list[TRAAttention]:
 def test_the_layer_owns_the_warmup_training_forwards_are_staged_evaluation_is_exact():
     torch.manual_seed(0)
     config = dict(vocab_size=13, n_layers=2, d_model=32, n_heads=2)  # head_dim 16: sqrt 4
-    model = TransformerLM(ModelConfig(**config, tra_threshold=0.25, tra_threshold_warmup=10))
+    model = TransformerLM(ModelConfig(**config, attention_options={"threshold": 0.25, "threshold_warmup": 10}))
     layers = tra_layers(model)
     assert len(layers) == 2 and all(layer.current_threshold() == 0.25 for layer in layers)  # no step set yet
     ids = torch.randint(0, 13, (2, 19))
-    lowered, exact = (TransformerLM(ModelConfig(**config, tra_threshold=t)) for t in (0.25 - 4.0, 0.25))
+    lowered, exact = (TransformerLM(ModelConfig(**config, attention_options={"threshold": t})) for t in (-3.75, 0.25))
     lowered.load_state_dict(model.state_dict()), exact.load_state_dict(model.state_dict())
     model.set_train_step(0)
     assert all(layer.current_threshold() == 0.25 - 4.0 for layer in layers)
@@ -92,39 +92,57 @@ def test_the_first_stage_keeps_every_key_and_training_after_warmup_is_exact(tmp_
         torch.testing.assert_close(warm[name], all_keys[name], atol=1e-6, rtol=1e-6)
     assert any(not torch.allclose(warm[name], exact[name]) for name in warm)
     model = TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / "warm"))
-    assert model.config.tra_threshold_warmup == 4
+    assert model.config.attention_options.threshold_warmup == 4
     assert all(layer.threshold == 0.0 and layer.current_threshold() == 0.0 for layer in tra_layers(model))
 
 
 def test_warmup_needs_a_kind_with_a_threshold_and_old_configs_load_without_one():
-    with pytest.raises(ValueError, match=r"tra_threshold_warmup = 5; expected 0 for attention = 'nope'"):
+    with pytest.raises(ValueError, match=r"\['threshold_warmup'\] are not options of attention = 'nope'"):
         tiny("nope", warmup=5)
-    with pytest.raises(ValueError, match=r"tra_threshold_warmup = 5; expected 0 for attention = 'tra_nothreshold'"):
+    with pytest.raises(ValueError, match=r"\['threshold_warmup'\] are not options of attention = 'tra_nothreshold'"):
         tiny("tra_nothreshold", warmup=5)
-    with pytest.raises(ValueError, match=r"tra_threshold_warmup = -1; expected a non-negative integer"):
+    with pytest.raises(ValueError, match=r"TRAOptions.threshold_warmup = -1; expected a non-negative integer"):
         tiny(warmup=-1)
-    data = {**tiny().to_dict(), "version": 2}
-    assert TrainConfig.from_dict(data).model.tra_threshold_warmup == 0
+    data = {**as_version_5(tiny().to_dict()), "version": 2}
+    assert TrainConfig.from_dict(data).model.attention_options.threshold_warmup == 0
+
+
+def flat_model(model: dict) -> dict:
+    """A version-7 model config dict as 0.2 (version 6) wrote it: TRA's options as flat tra_* fields, no version
+    (a TrainConfig nested its model without one)."""
+    model = {k: v for k, v in model.items() if k != "version"}
+    options = model.pop("attention_options")
+    flat = {k if k == "gate_bias_init" else f"tra_{k}": v for k, v in options.items()}
+    return {**model, **flat, "rope_base": 1e4, "cope_max_pos": 64}
+
+
+def as_version_5(train_config: dict) -> dict:
+    """A version-6 TrainConfig dict as 0.2 (version 5) wrote it."""
+    return {**train_config, "version": 5, "model": flat_model(train_config["model"])}
 
 
 def as_version_4(train_config: dict) -> dict:
-    """A version-5 TrainConfig dict as version 4 wrote it: the warm-up a training field, not a model one."""
-    model = dict(train_config["model"])
+    """A version-6 TrainConfig dict as version 4 wrote it: the warm-up a training field, not a model one."""
+    v5 = as_version_5(train_config)
+    model = dict(v5["model"])
     warmup = model.pop("tra_threshold_warmup")
-    return {**train_config, "version": 4, "tra_threshold_warmup": warmup, "model": model}
+    return {**v5, "version": 4, "tra_threshold_warmup": warmup, "model": model}
 
 
 def test_version_4_configs_move_the_warmup_into_the_model():
     v4 = as_version_4(tiny(warmup=6).to_dict())
     assert "tra_threshold_warmup" not in v4["model"]
     loaded = TrainConfig.from_dict(v4)
-    assert loaded == tiny(warmup=6) and loaded.model.tra_threshold_warmup == 6
+    assert loaded == tiny(warmup=6) and loaded.model.attention_options.threshold_warmup == 6
     assert TrainConfig.from_dict(as_version_4(tiny().to_dict())) == tiny()
-    model_v4 = {**tiny(warmup=6).model.to_dict(), "version": 4}
+    assert TrainConfig.from_dict(as_version_5(tiny(warmup=6).to_dict())) == tiny(warmup=6)
+    model_v4 = {**flat_model(tiny(warmup=6).model.to_dict()), "version": 4}
     del model_v4["tra_threshold_warmup"]
-    assert ModelConfig.from_dict(model_v4).tra_threshold_warmup == 0  # a model config of its own: no warm-up
-    with pytest.raises(ValueError, match=r"missing fields \['tra_threshold_warmup'\]"):
-        ModelConfig.from_dict({**model_v4, "version": 5})
+    loaded = ModelConfig.from_dict(model_v4)
+    assert loaded.attention_options.threshold_warmup == 0  # a model config of its own: no warm-up
+    current = {k: v for k, v in loaded.to_dict().items() if k != "attention_options"}  # version 7
+    with pytest.raises(ValueError, match=r"missing fields \['attention_options'\]"):
+        ModelConfig.from_dict(current)
     with pytest.raises(ValueError, match=r"unknown fields \['tra_threshold_warmup'\]"):
         TrainConfig.from_dict({**v4, "version": 5})
 
@@ -139,11 +157,12 @@ def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
     shutil.rmtree(last)
     for path in (tmp_path / "v4" / "train_config.json", halfway / "train_config.json"):
         path.write_text(json.dumps(as_version_4(json.loads(path.read_text()))))
-    model_json = json.loads((halfway / "config.json").read_text())
+    model_json = flat_model(json.loads((halfway / "config.json").read_text()))
     del model_json["tra_threshold_warmup"]
     (halfway / "config.json").write_text(json.dumps({**model_json, "version": 4}))
     saved = TrainConfig.from_dict(json.loads((halfway / "train_config.json").read_text()))
-    assert saved == config and TransformerLM.from_pretrained(halfway).config.tra_threshold_warmup == 0
+    assert saved == config
+    assert TransformerLM.from_pretrained(halfway).config.attention_options.threshold_warmup == 0
     train(saved, tmp_path / "v4", resume=True, progress=False)
     resumed, straight = weights(tmp_path / "v4"), weights(tmp_path / "straight")
     assert all(torch.equal(resumed[name], straight[name]) for name in straight)
@@ -152,7 +171,7 @@ def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
 def layer_pair(kind: str, dense: int):
     """A TRA layer with ``dense`` dense heads, and a copy of its weights as a threshold-free layer."""
     config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind)
-    model = TransformerLM(ModelConfig(**config, tra_dense_heads=dense)).double()
+    model = TransformerLM(ModelConfig(**config, attention_options={"dense_heads": dense})).double()
     free = TransformerLM(ModelConfig(**config)).double()
     free.load_state_dict(model.state_dict())
     free.blocks[0].attn.threshold = float("-inf")
@@ -179,7 +198,7 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
     torch.manual_seed(1)
     model, free = layer_pair("tra", 4)
     ids = torch.randint(0, 13, (2, 23))
-    config = {k: v for k, v in free.config.to_dict().items() if k != "version"}
+    config = {k: v for k, v in free.config.to_dict().items() if k not in ("version", "attention_options")}
     nothreshold = TransformerLM(ModelConfig(**{**config, "attention": "tra_nothreshold"})).double()
     nothreshold.load_state_dict(model.state_dict())
     torch.testing.assert_close(model(ids), nothreshold(ids), atol=0, rtol=0)
@@ -192,10 +211,10 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
 @pytest.mark.parametrize("kind", ["tra", "tra_keygate", "tra_nodistance"])
 def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_window_to_dense_heads(kind):
     torch.manual_seed(0)
-    windows = {"tra_local_window": 3, "tra_dense_window": 4}
-    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind, tra_dense_heads=2)
-    model = TransformerLM(ModelConfig(**config, **windows)).double()
-    plain = TransformerLM(ModelConfig(**config)).double()
+    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind)
+    windows = {"dense_heads": 2, "local_window": 3, "dense_window": 4}
+    model = TransformerLM(ModelConfig(**config, attention_options=windows)).double()
+    plain = TransformerLM(ModelConfig(**config, attention_options={"dense_heads": 2})).double()
     plain.load_state_dict(model.state_dict())
     layer, plain_layer = model.blocks[0].attn, plain.blocks[0].attn
     x = torch.randn(2, 19, 32, dtype=torch.float64)
@@ -212,32 +231,32 @@ def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_win
 
 
 def test_version_5_model_configs_load_without_windows():
-    data = {**ModelConfig(tra_dense_heads=1).to_dict(), "version": 5}
+    data = {**flat_model(ModelConfig(attention_options={"dense_heads": 1}).to_dict()), "version": 5}
     del data["tra_local_window"], data["tra_dense_window"]
     loaded = ModelConfig.from_dict(data)
-    assert loaded == ModelConfig(tra_dense_heads=1) and loaded.tra_local_window == loaded.tra_dense_window == 0
+    assert loaded == ModelConfig(attention_options={"dense_heads": 1})
+    assert loaded.attention_options.local_window == loaded.attention_options.dense_window == 0
 
 
 @pytest.mark.parametrize(
     "overrides,pattern",
     [
-        ({"tra_dense_heads": 5}, r"tra_dense_heads = 5; expected an integer from 0 to n_heads = 4"),
-        ({"tra_dense_heads": -1}, r"tra_dense_heads = -1; expected an integer from 0 to n_heads = 4"),
-        ({"tra_dense_heads": 1, "attention": "fox"}, r"tra_dense_heads = 1; expected 0 for attention = 'fox'"),
+        ({"dense_heads": 5}, r"TRAOptions.dense_heads = 5; expected at most n_heads = 4"),
+        ({"dense_heads": -1}, r"TRAOptions.dense_heads = -1; expected a non-negative integer"),
     ],
 )
 def test_bad_dense_heads(overrides, pattern):
     with pytest.raises(ValueError, match=pattern):
-        TransformerLM(ModelConfig(**{"n_heads": 4, **overrides}))
+        ModelConfig(n_heads=4, attention_options=overrides)
+    with pytest.raises(ValueError, match=r"\['dense_heads'\] are not options of attention = 'fox'; its options: "):
+        ModelConfig(attention="fox", attention_options={"dense_heads": 1})
 
 
 def test_variants_resolve_to_their_kind_and_fields():
     assert resolve_method("fox").attention == "fox" and resolve_method("fox").model == {}
     config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_warmup", 1e-3, 0, None, "cpu")
-    assert (
-        config.model.attention == "tra"
-        and config.model.tra_threshold_warmup == VARIANTS["tra_warmup"].model["tra_threshold_warmup"]
-    )
+    assert config.model.attention == "tra"
+    assert config.model.attention_options.threshold_warmup == METHODS["tra_warmup"].options["threshold_warmup"]
     config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]
     assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra") == METHODS["tra"].lr
@@ -249,23 +268,51 @@ def test_variants_resolve_to_their_kind_and_fields():
         check_methods(["tra", "tra_sharp"])
 
 
-def test_every_built_in_kind_and_variant_has_a_row_with_its_own_colour():
-    assert set(ATTENTION_KINDS) <= set(METHODS) and set(VARIANTS) < set(METHODS)
-    assert all(METHODS[kind].attention == kind and not METHODS[kind].model for kind in ATTENTION_KINDS)
-    colours = [method.color for method in METHODS.values()]
+def test_every_built_in_kind_has_a_row_with_its_own_colour():
+    assert set(ATTENTION_KINDS) <= set(METHODS)
+    assert all(METHODS[kind].attention == kind and not METHODS[kind].options for kind in ATTENTION_KINDS)
+    colours = [METHODS[kind].color for kind in ATTENTION_KINDS]
     assert None not in colours and len(set(colours)) == len(colours)
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+FAMILY_MEMBERS = ["tra_dense3", "tra_dense1_window8", "tra_local4", "tra_local2_dense1_window16",
+                  "tra_local4_surrogate1", "tra_local8_surrogate0p5", "tra_surrogate0p5", "tra_threshold_m1",
+                  "tra_threshold_0p25"]  # fmt: skip
+VARIANTS = [name for name, row in METHODS.items() if row.is_variant] + FAMILY_MEMBERS
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_every_variant_builds_a_valid_config_that_differs_from_its_kind(variant):
     preset = PRESETS["cpu"]
-    config, base = (run_config(FLIPFLOP, preset, name, 1e-3, 0) for name in (variant, VARIANTS[variant].attention))
+    kind = resolve_method(variant).attention
+    config, base = (run_config(FLIPFLOP, preset, name, 1e-3, 0) for name in (variant, kind))
     assert config.to_dict() != base.to_dict()
 
 
+def test_every_family_matches_its_own_names_and_only_their_canonical_spelling():
+    assert {pattern for pattern in FAMILIES} >= {"tra_local{w}", "tra_threshold_{t}", "tra_surrogate{tau}"}
+    assert resolve_method("tra_local8").options == {"local_window": 8}
+    assert resolve_method("tra_threshold_m0p5").options == {"threshold": -0.5}
+    assert resolve_method("tra_local4_surrogate0p5").options == {"local_window": 4, "keep_surrogate": 0.5}
+    for spelling in ("tra_local08", "tra_surrogate1p0", "tra_threshold_-1", "tra_local"):
+        with pytest.raises(ValueError, match=rf"method '{re.escape(spelling)}'; expected a name from"):
+            resolve_method(spelling)
+    assert FAMILIES["tra_threshold_{t}"].name(t=-0.5) == "tra_threshold_m0p5"
+
+
+def test_names_written_before_they_had_to_be_identifiers_resolve_to_the_same_method():
+    old = resolve_method("tra_threshold-0.5")
+    assert old.name == old.label == "tra_threshold-0.5" and old.options == {"threshold": -0.5}
+    assert preset_lr({"tra_threshold_m0p5": 7e-3}, None, "tra_threshold-0.5") == 7e-3
+    assert resolve_method("tra_surrogate0.5").options == resolve_method("tra_surrogate0p5").options
+
+
 def test_a_variant_runs_as_a_method_of_a_comparison(tmp_path):
-    out = run_comparison(FLIPFLOP, "tiny", methods=["tra", "tra_threshold-1"], out=tmp_path, progress=False)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in rows} == {"tra", "tra_threshold-1"}
-    assert {r["config"]["model"]["tra_threshold"] for r in rows if r["method"] == "tra_threshold-1"} == {-1.0}
-    assert re.search(r"\| tra_threshold-1( †)? \| 0\.003 \| 1 \|", (out / "results.md").read_text())
+    out = run_comparison(FLIPFLOP, "tiny", methods=["tra", "tra_threshold_m1"], out=tmp_path, progress=False)
+    rows = read_rows(out / "results.jsonl")
+    assert {r["method"] for r in rows} == {"tra", "tra_threshold_m1"}
+    thresholds = {r["config"]["model"]["attention_options"]["threshold"] for r in rows if r["method"] != "tra"}
+    assert thresholds == {-1.0}
+    page = (out / "results.md").read_text()
+    assert re.search(r"\| tra_threshold_m1( †)? \| 0\.003 \| 1 \|", page)
+    assert "| tra_threshold_m1 | TRA | threshold -1 instead of 0 | `tra_threshold=-1.0` |" in page

@@ -190,7 +190,7 @@ def test_a_checkpoint_written_by_version_0_1_resumes_bit_identically(tmp_path, r
     expected = load_file(FIXTURES / "v0_1_step4_expected.safetensors")
     got = TransformerLM.from_pretrained(checkpoint).state_dict()
     assert all(torch.equal(expected[name], got[name]) for name in expected)
-    assert json.loads((run / "train_config.json").read_text())["version"] == 5
+    assert json.loads((run / "train_config.json").read_text())["version"] == 6
 
 
 def test_resume_with_a_different_config_is_refused(tmp_path):
@@ -243,15 +243,15 @@ def test_bad_train_config(overrides, pattern):
 def test_train_config_round_trips_through_json_and_is_strict():
     config = tiny()
     data = json.loads(json.dumps(config.to_dict()))
-    assert data["version"] == 5 and TrainConfig.from_dict(data) == config
+    assert data["version"] == 6 and TrainConfig.from_dict(data) == config
     with pytest.raises(ValueError, match=r"unknown fields \['epochs'\]"):
         TrainConfig.from_dict({**data, "epochs": 3})
     without_lr = {k: v for k, v in data.items() if k != "lr"}
     with pytest.raises(ValueError, match=r"missing fields \['lr'\]"):
         TrainConfig.from_dict(without_lr)
     assert TrainConfig.from_dict(without_lr, partial=True).lr == 1e-3
-    with pytest.raises(ValueError, match=r"version = 6; expected a version from 1 to 5"):
-        TrainConfig.from_dict({**data, "version": 6})
+    with pytest.raises(ValueError, match=r"version = 7; expected a version from 1 to 6"):
+        TrainConfig.from_dict({**data, "version": 7})
 
 
 def test_version_1_configs_migrate():

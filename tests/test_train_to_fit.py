@@ -164,7 +164,7 @@ def test_fit_accuracy_accepts_the_closed_unit_interval(value):
 
 def test_a_version_3_config_loads_with_fit_accuracy_zero():
     data = small(fit_accuracy=0.5).to_dict()
-    assert data["version"] == 5 and data["fit_accuracy"] == 0.5
+    assert data["version"] == 6 and data["fit_accuracy"] == 0.5
     v3 = {**data, "version": 3}
     del v3["fit_accuracy"]
     loaded = TrainConfig.from_dict(v3)
@@ -179,4 +179,4 @@ def test_cli_train_accepts_fit_accuracy(tmp_path, capsys):
     assert main([str(a) for a in argv]) == 0
     capsys.readouterr()
     saved = json.loads((tmp_path / "train_config.json").read_text())
-    assert saved["version"] == 5 and saved["fit_accuracy"] == 0.3
+    assert saved["version"] == 6 and saved["fit_accuracy"] == 0.3

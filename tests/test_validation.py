@@ -67,14 +67,14 @@ def test_op_rejects_bad_options(kwargs, pattern):
         ({"n_heads": 0}, r"ModelConfig\.n_heads = 0; expected a positive integer"),
         ({"block_style": "postnorm"}, r"block_style = 'postnorm'; expected 'prenorm' or 'paper'"),
         ({"dropout": 1.5}, r"dropout = 1\.5; expected a probability"),
-        ({"tra_impl": "fast"}, r"tra_impl = 'fast'"),
+        ({"attention_options": {"impl": "fast"}}, r"TRAOptions\.impl = 'fast'"),
         ({"vocab_size": 2.5}, r"vocab_size = 2\.5; expected a positive integer"),
         ({"attention": "rope", "d_model": 12, "n_heads": 4}, r"even head dimension"),
     ],
 )
 def test_model_config_rejects_bad_values(kwargs, pattern):
-    """Refused by ModelConfig itself (its fields) or, at the latest, when the model is built (the registry's
-    checks: the attention kind exists and can run this config)."""
+    """Refused by ModelConfig itself: its fields, and the registry's checks (the attention kind exists, the
+    options are the kind's and it can run them)."""
     with pytest.raises(ValueError, match=pattern):
         TransformerLM(ModelConfig(**kwargs))
 
@@ -84,9 +84,9 @@ def test_model_config_from_dict_rejects_unknown_and_missing_fields(tmp_path):
         ModelConfig.from_dict({"n_embd": 64})
     TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    del saved["tra_threshold"], saved["block_style"]
+    del saved["attention_options"], saved["block_style"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match=r"missing fields \['block_style', 'tra_threshold'\]"):
+    with pytest.raises(ValueError, match=r"missing fields \['attention_options', 'block_style'\]"):
         TransformerLM.from_pretrained(tmp_path)
     assert ModelConfig.from_dict({"d_model": 64}, partial=True).d_model == 64
 

@@ -24,7 +24,7 @@ from ..training.divergence import TrainingDiverged
 from ..training.interrupt import Interrupted
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import describe, os_error
-from .checkpoints import add_convert_command, add_eval_command
+from .checkpoints import add_convert_command, add_eval_command, add_inspect_command
 from .compare import add_compare_commands, add_report_command, add_scorecard_command
 from .lm import add_lm_command
 from .train import add_data_command, add_train_command
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_command(sub)
     add_train_command(sub)
     add_eval_command(sub)
+    add_inspect_command(sub)
     add_compare_commands(sub)
     add_lm_command(sub)
     add_convert_command(sub)

@@ -1,4 +1,4 @@
-"""``tra eval`` and ``tra convert``: commands on a trained model."""
+"""``tra eval``, ``tra inspect`` and ``tra convert``: commands on a trained model."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def cmd_eval(args) -> None:
         cmd_eval_text(args)
         return
     from ..training.evaluation import evaluate_checkpoint
-    from ..utils.jsonl import write_jsonl
+    from ..utils.rows import write_rows
 
     if args.out:
         check_output_file(args.out, "--out")
@@ -29,7 +29,7 @@ def cmd_eval(args) -> None:
     )
     if args.out:
         with writing("result rows", args.out):
-            write_jsonl(args.out, rows)
+            write_rows(args.out, rows)
     table: dict[tuple, dict] = {}
     for r in rows:
         table.setdefault((r["split"], r["length"]), {})[r["metric"]] = r["value"]
@@ -48,6 +48,25 @@ def cmd_eval_text(args) -> None:
     if args.data is not None:
         raise ValueError("--data and --text: expected one of them (--text for a language model)")
     run_lm_eval(prepare_lm_eval(args.checkpoint, device=args.device, text=args.text, length=args.length), args.out)
+
+
+def cmd_inspect(args) -> None:
+    from ..experiments.inspect import inspect_runs, page, rows
+    from ..utils.atomic import atomic_write_text
+    from ..utils.jsonl import write_jsonl
+
+    for flag, path in (("--out", args.out), ("--rows", args.rows)):
+        if path is not None:
+            check_output_file(path, flag)
+    found = inspect_runs(args.checkpoint, args.labels, tuple(args.lengths), args.data, args.sequences)
+    text = page(found, " ".join(["tra", *map(str, args.argv)]))
+    if args.out:
+        with writing("inspection page", args.out):
+            atomic_write_text(args.out, text)
+    if args.rows:
+        with writing("inspection rows", args.rows):
+            write_jsonl(args.rows, rows(found))
+    print(text)
 
 
 def cmd_convert(args) -> None:
@@ -86,6 +105,24 @@ def add_eval_command(sub) -> None:
     ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
     ev.set_defaults(func=cmd_eval)
+
+
+def add_inspect_command(sub) -> None:
+    ins = sub.add_parser(
+        "inspect",
+        help="what trained TRA models keep: per layer and head, kept keys, counts and attention mass by key role",
+        formatter_class=HelpFormatter,
+    )
+    ins.add_argument("--checkpoint", type=Path, nargs="+", required=True, help="TRA runs or checkpoints (required)")
+    ins.add_argument("--labels", nargs="+", help="a name per checkpoint for the tables (default: the folder names)")
+    ins.add_argument(
+        "--lengths", type=int, nargs="+", default=[1, 2, 8], help="multiples of the training length to inspect at"
+    )
+    ins.add_argument("--data", type=Path, help="inspect on these sequences instead, one per line (default: none)")
+    ins.add_argument("--sequences", type=int, default=32, help="generated sequences per length")
+    ins.add_argument("--out", type=Path, help="write the Markdown page here (default: print only)")
+    ins.add_argument("--rows", type=Path, help="write the measurements as JSONL rows here (default: none)")
+    ins.set_defaults(func=cmd_inspect)
 
 
 def add_convert_command(sub) -> None:

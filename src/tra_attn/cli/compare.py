@@ -9,13 +9,13 @@ import shlex
 from pathlib import Path
 
 from ..experiments.engine import run_comparison
-from ..experiments.methods import VARIANTS
+from ..experiments.methods import METHODS, family_patterns
 from ..experiments.registry import experiments
 from ..experiments.scorecard import scorecard, scorecard_page
 from ..experiments.suite import run_suite, suite_tasks
 from ..utils.atomic import atomic_write_text
 from ..utils.cli_help import HelpFormatter
-from ..utils.jsonl import read_jsonl
+from ..utils.rows import read_rows
 from .train import parse_seed
 
 RESUMABLE = "Resumable: finished runs are skipped, unfinished ones continue."
@@ -28,8 +28,11 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument(
         "--methods",
         nargs="+",
-        help=f"attention kinds or named variants ({', '.join(VARIANTS)}: see experiments/methods.py) to run "
-        f"(default: {methods})",
+        help="attention kinds, named variants ("
+        + ", ".join(m for m, row in METHODS.items() if row.is_variant)
+        + ") or members of a family ("
+        + ", ".join(family_patterns())
+        + f": see experiments/methods.py) to run (default: {methods})",
     )
     parser.add_argument("--seeds", type=parse_seed, nargs="+", help="seeds (default: the preset's)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
@@ -199,7 +202,7 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args) -> None:
-    rows = read_jsonl(args.results / "results.jsonl")
+    rows = read_rows(args.results / "results.jsonl")
     if not rows:
         raise ValueError(f"{args.results / 'results.jsonl'} is missing or empty; expected the rows of an experiment")
     writers: dict = {}

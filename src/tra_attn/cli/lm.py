@@ -28,14 +28,14 @@ def run_lm_eval(evaluation, out: Path | None) -> None:
     """Run a checked evaluation (``prepare_lm_eval``), write its rows to ``out`` as JSONL and print the table;
     ``out``'s folder is created only now, after every check, so bad input leaves nothing behind."""
     from ..experiments.lm.evaluate import print_table
-    from ..utils.jsonl import write_jsonl
+    from ..utils.rows import write_rows
 
     if out:
         check_output_file(out, "--out")
     rows = evaluation.rows()
     if out:
         with writing("result rows", out):
-            write_jsonl(out, rows)
+            write_rows(out, rows)
     print_table(rows)
 
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..data import TASKS, absolute_task_args, make_task
+from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
 from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
@@ -20,26 +21,64 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _add_flag(group, name: str, default, help_text: str, dest: str | None = None) -> None:
+    """A flag that is None unless given: a switch pair for a bool, else a value of the default's type."""
+    dest = {"dest": dest} if dest else {}
+    if isinstance(default, bool):
+        group.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text, **dest)
+    else:
+        kind = parse_seed if name == "seed" else type(default)
+        group.add_argument(
+            _flag(name), type=kind, default=None, metavar=type(default).__name__.upper(), help=help_text, **dest
+        )
+
+
+def option_flags() -> dict[str, tuple[str, str, dataclasses.Field, list[str]]]:
+    """Every attention option as a flag: its qualified name (``{prefix}_{option}``) -> (prefix, option, field,
+    the kinds that declare it), from the registered kinds' options classes."""
+    flags: dict = {}
+    for kind in ATTENTION_KINDS.values():
+        for f in dataclasses.fields(kind.options):
+            qualified = kind.options.qualified(f.name)
+            flags.setdefault(qualified, (kind.options.prefix, f.name, f, []))[3].append(kind.name)
+    return flags
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig and ModelConfig field (model fields by their own names)."""
+    """One flag per TrainConfig and ModelConfig field (model fields by their own names), and one per attention
+    option of the registered kinds (``--{prefix}-{option}``)."""
     for cls, title in ((TrainConfig, "training"), (ModelConfig, "model")):
         group = parser.add_argument_group(f"{title} (each flag overrides --config; unset flags keep its value)")
         for f in dataclasses.fields(cls):
-            if f.name in ("model", "task", "task_args", "tokenizer"):  # set from the task
+            if f.name in ("model", "task", "task_args", "tokenizer", "attention_options"):  # task; options below
                 continue
-            default = f.default
-            shown = "the task's vocabulary size" if f.name == "vocab_size" else default
-            help_text = f"{f.metadata.get('help', '')} (default: {shown})"
-            if isinstance(default, bool):
-                group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
-            else:
-                group.add_argument(
-                    _flag(f.name),
-                    type=parse_seed if f.name == "seed" else type(default),
-                    default=None,
-                    metavar=type(default).__name__.upper(),
-                    help=help_text,
-                )
+            shown = "the task's vocabulary size" if f.name == "vocab_size" else f.default
+            _add_flag(group, f.name, f.default, f"{f.metadata.get('help', '')} (default: {shown})")
+    group = parser.add_argument_group(
+        "attention options (each belongs to the kinds named in its help; it overrides --config)"
+    )
+    for qualified, (_, _, f, kinds) in option_flags().items():
+        help_text = f"{', '.join(kinds)}: {f.metadata.get('help', '')} (default: {f.default})"
+        _add_flag(group, qualified, f.default, help_text, dest=f"option_{qualified}")
+
+
+def _attention_options(args, model: dict) -> dict:
+    """The model's attention options: the config file's (unless --attention names another kind) updated by the
+    option flags given, each of which must belong to the model's kind."""
+    kind = ATTENTION_KINDS.get(model.get("attention", "tra"))
+    given = {q: v for q in option_flags() if (v := getattr(args, f"option_{q}", None)) is not None}
+    options = dict(model.get("attention_options") or {})
+    if kind is None:
+        return options  # ModelConfig names the unknown kind
+    for qualified, value in given.items():
+        prefix, name, _, kinds = option_flags()[qualified]
+        if kind.name not in kinds:
+            raise ValueError(
+                f"{_flag(qualified)} is an option of {', '.join(kinds)}; the model's attention is {kind.name!r} "
+                f"(its options: {', '.join(_flag(kind.options.qualified(n)) for n in kind.options.names()) or 'none'})"
+            )
+        options[name] = value
+    return options
 
 
 def parse_seed(text: str) -> int:
@@ -83,9 +122,13 @@ def config_from_args(args) -> TrainConfig:
     if not isinstance(model, dict):
         raise ValueError(f"ModelConfig: got {type(model).__name__} in --config; expected a JSON object of fields")
     model = dict(model)
+    file_kind = model.get("attention", "tra")
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:
             model[f.name] = getattr(args, f.name)
+    if model.get("attention", "tra") != file_kind:  # another kind: the file's kind's options do not apply
+        model.pop("attention_options", None)
+    model["attention_options"] = _attention_options(args, model)
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("model", "task_args") and getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)

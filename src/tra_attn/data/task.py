@@ -98,6 +98,13 @@ class Task:
         """Summary numbers of a batch (printed by ``tra data``, tabulated by reports)."""
         return {"sequences": batch.tokens.shape[0], "length": batch.tokens.shape[1]}
 
+    def key_roles(self, tokens: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor] | None:
+        """What each key is to the queries that predict scored tokens, for diagnosis (``tra inspect``): the role
+        names and, per sequence, the role index of every key (N, L), or of every key for the query at each
+        position (N, L, L: row i for the query at i, the token before a scored one). None: the task names none.
+        """
+        return None
+
     def write_text(self, path: str | Path, batch: TaskBatch) -> None:
         """One sequence per line, written atomically."""
         from ..utils.atomic import atomic_write_text

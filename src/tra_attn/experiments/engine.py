@@ -27,8 +27,8 @@ from ..training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint
 from ..training.divergence import TrainingDiverged
 from ..training.evaluation import result_rows
 from ..utils.atomic import make_directory
-from ..utils.jsonl import read_jsonl, write_jsonl
 from ..utils.provenance import git_commit
+from ..utils.rows import read_rows, write_rows
 from .experiment import Experiment
 from .methods import resolve_method
 from .preset import Preset
@@ -54,6 +54,7 @@ def run_config(
         vocab_size=task.vocab_size,
         tokenizer=task.tokenizer_description(),
         attention=variant.attention,
+        attention_options={**preset.options.get(variant.attention, {}), **variant.options},
         **{**preset.model, **variant.model},
     )
     train_args = {**preset.train, **variant.train}
@@ -85,7 +86,7 @@ def run_one(
     if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
         raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
     if rows_path.is_file():
-        rows = read_jsonl(rows_path)
+        rows = read_rows(rows_path)
         rows = experiment.upgrade(rows) if experiment.upgrade else rows
         evaluated = {(r["split"], r["length"]) for r in rows}
         if any(r["metric"] == DIVERGED for r in rows) or experiment.test_splits(config) <= evaluated:
@@ -101,7 +102,7 @@ def run_one(
         else:
             rows = experiment.evaluate(method, config, directory, budget)
             rows += experiment.validation(method, config, directory)
-    write_jsonl(rows_path, rows)
+    write_rows(rows_path, rows)
     return rows
 
 

@@ -9,7 +9,9 @@ from .methods import preset_lr
 
 @dataclass(frozen=True)
 class Preset:
-    """``model`` and ``train`` are ModelConfig and TrainConfig fields, ``task_args`` the task's parameters.
+    """``model`` and ``train`` are ModelConfig and TrainConfig fields, ``task_args`` the task's parameters,
+    ``options`` attention options per kind (``{"cope": {"max_pos": 128}}``: what every run of that kind gets,
+    before its method's own).
 
     ``eval_budget``: how much test data each run is evaluated on, in the experiment's unit (sequences per
     test split at the training length for a procedural task, validation tokens for language modelling;
@@ -28,6 +30,7 @@ class Preset:
     lrs: dict[str, float] = field(default_factory=dict)
     lr: float | None = None
     lrs_source: str = ""
+    options: dict[str, dict] = field(default_factory=dict)
 
     def lr_for(self, method: str) -> float:
         return preset_lr(self.lrs, self.lr, method)

@@ -7,17 +7,25 @@ import math
 from pathlib import Path
 
 from ..utils.atomic import atomic_write_text
-from ..utils.jsonl import write_jsonl
-from .methods import method_names
+from ..utils.rows import write_rows
+from .methods import family_patterns, method_names, resolve_method
 
 DIVERGED = "diverged"  # the metric of a run whose training diverged: the step (engine.py)
 
 
 def check_methods(methods) -> list[str]:
     """``methods`` as a list, or a ValueError naming those that are not methods (experiments/methods.py)."""
-    unknown = [m for m in methods if m not in method_names()]
+    unknown = []
+    for method in methods:
+        try:
+            resolve_method(method)
+        except ValueError:
+            unknown.append(method)
     if unknown:
-        raise ValueError(f"--methods: unknown method(s) {unknown}; expected names from {method_names()}")
+        raise ValueError(
+            f"--methods: unknown method(s) {unknown}; expected names from {method_names()} or members of the "
+            f"families {family_patterns()}"
+        )
     return list(methods)
 
 
@@ -49,9 +57,9 @@ def write_selection(
     """results.jsonl (the rows of each method's selected learning rate), and with a sweep of several rates
     sweep.jsonl (the sweep's rows: ``sweep_rows``, default every row) and selected_lrs.json; run.json records
     the command, the preset and, without a sweep, where the learning rates came from (``learning_rates``)."""
-    write_jsonl(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
+    write_rows(out / "results.jsonl", [r for r in rows if r["lr"] == selected[r["method"]]])
     if swept:
-        write_jsonl(out / "sweep.jsonl", rows if sweep_rows is None else sweep_rows)
+        write_rows(out / "sweep.jsonl", rows if sweep_rows is None else sweep_rows)
         atomic_write_text(out / "selected_lrs.json", json.dumps(selected, indent=2, sort_keys=True))
     recorded = {"command": command, "preset": preset}
     if learning_rates and not swept:

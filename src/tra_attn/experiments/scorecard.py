@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from ..utils.jsonl import read_jsonl
+from ..utils.rows import read_rows
 from .fit import steps_to_fit
 from .tables import label, mean_std
 
@@ -44,7 +44,7 @@ def pooled_rows(folders: list[Path], methods=None) -> tuple[list[dict], dict[str
     """
     rows, source = [], {}
     for folder in folders:
-        found = read_jsonl(folder / "results.jsonl")
+        found = read_rows(folder / "results.jsonl")
         if not found:
             raise ValueError(f"{folder / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
         for method in dict.fromkeys(r["method"] for r in found):
@@ -111,7 +111,7 @@ def by_comparison(folders) -> dict[str, list[Path]]:
     """Comparison folders grouped by the task and step cap of their rows ("hierarchy, 1000 steps"), in order."""
     grouped: dict[str, list[Path]] = defaultdict(list)
     for folder in folders:
-        rows = read_jsonl(Path(folder) / "results.jsonl")
+        rows = read_rows(Path(folder) / "results.jsonl")
         if not rows:
             raise ValueError(f"{Path(folder) / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
         steps = (rows[0].get("config") or {}).get("steps")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..utils.atomic import atomic_write_text, make_directory
-from ..utils.jsonl import read_jsonl, write_jsonl
+from ..utils.rows import read_rows, write_rows
 from .engine import run_comparison
 from .registry import experiments
 
@@ -37,7 +37,7 @@ def run_suite(preset_name: str = "cpu", tasks=None, out: str | Path | None = Non
     out = make_directory(out or f"runs/suite_{preset_name}", "--out")
     for task in tasks:
         run_comparison(found[task], preset_name, out=out / task, command=command, **kwargs)
-    write_jsonl(out / "results.jsonl", [row for task in tasks for row in read_jsonl(out / task / "results.jsonl")])
+    write_rows(out / "results.jsonl", [row for task in tasks for row in read_rows(out / task / "results.jsonl")])
     preset = f"{preset_name}: {found[tasks[0]].presets[preset_name].description}"
     atomic_write_text(out / "run.json", json.dumps({"command": command, "preset": preset}))
     return found[tasks[0]].write_report(out)

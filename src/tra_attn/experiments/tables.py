@@ -10,25 +10,36 @@ import statistics as stats
 from collections import defaultdict
 from pathlib import Path
 
-from ..utils.jsonl import read_jsonl
-from .methods import METHODS, VARIANTS
+from ..utils.rows import read_rows
+from .methods import METHODS, resolve_method
 from .runs import DIVERGED
 
 
+def _known(method: str):
+    """The method ``method`` names, or None for a name that is no method (rows of a plug-in not loaded)."""
+    try:
+        return resolve_method(method)
+    except ValueError:
+        return None
+
+
 def ordered(methods) -> list[str]:
-    """The method table's order (TRA, its ablations, baselines, variants), then other names alphabetically."""
-    known = [m for m in METHODS if m in methods]
-    return known + sorted(set(methods) - set(known))
+    """The attention kinds in the method table's order (TRA, its ablations, baselines), then every other
+    name (variants, plug-ins) alphabetically."""
+    kinds = [m for m, row in METHODS.items() if not row.is_variant and m in methods]
+    return kinds + sorted(set(methods) - set(kinds))
 
 
 def label(method: str) -> str:
-    """The method's label in tables and plots; a name without a row in the method table shows as itself."""
-    return METHODS[method].label if method in METHODS else method
+    """The method's label in tables and plots; a name that is no method shows as itself."""
+    known = _known(method)
+    return known.label if known else method
 
 
 def color(method: str) -> str | None:
-    """The method's plot colour; None (the plot's next colour) for a name without a row."""
-    return METHODS[method].color if method in METHODS else None
+    """The method's plot colour; None (the plot's next colour) for a name that is no method."""
+    known = _known(method)
+    return known.color if known else None
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -73,7 +84,7 @@ def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[fl
 
 def read_results(out: Path, producer: str, upgrade=lambda rows: rows) -> tuple[list[dict], dict]:
     """(rows of out/results.jsonl, out/run.json or {}); ValueError naming ``producer`` if there are no rows."""
-    rows = upgrade(read_jsonl(out / "results.jsonl"))
+    rows = upgrade(read_rows(out / "results.jsonl"))
     if not rows:
         raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `{producer} --out {out}` first")
     return rows, recorded_run(out)
@@ -124,13 +135,13 @@ def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agre
 
 def variant_lines(methods) -> list[str]:
     """A "Variants" section describing the named variants among ``methods`` (none: no lines)."""
-    named = [m for m in ordered(methods) if m in VARIANTS]
+    named = [m for m in ordered(methods) if (v := _known(m)) is not None and v.is_variant]
     if not named:
         return []
     lines = ["## Variants", "", "| method | kind | what changes | fields |", "|---|---|---|---|"]
     for name in named:
-        v = VARIANTS[name]
-        fields = ", ".join(f"`{k}={json.dumps(x)}`" for k, x in {**v.model, **v.train}.items())
+        v = resolve_method(name)
+        fields = ", ".join(f"`{k}={json.dumps(x)}`" for k, x in v.fields().items())
         lines.append(f"| {name} | {label(v.attention)} | {v.description} | {fields} |")
     return [*lines, ""]
 

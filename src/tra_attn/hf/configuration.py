@@ -1,7 +1,9 @@
 """``TRAConfig``: a Hugging Face ``PreTrainedConfig`` whose fields are exactly ``ModelConfig``'s.
 
 The fields are copied from the ``ModelConfig`` dataclass when this module is imported, so the two
-can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself.
+can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself. The attention
+kind's options are one field, ``attention_options`` (a dict in the JSON); a folder written by 0.2, whose
+config holds them as flat fields, is read into it (``LEGACY_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -10,16 +12,21 @@ import dataclasses
 
 from transformers import PreTrainedConfig
 
-from ..models.config import ModelConfig
+from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options
 from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
 
 
 def _fields_of_model_config() -> dict:
-    """A class namespace declaring every ModelConfig field, with its type and default."""
+    """A class namespace declaring every ModelConfig field, with its type and default (the attention options
+    as the dict they are in JSON)."""
     namespace: dict = {"__annotations__": {}}
     for f in dataclasses.fields(ModelConfig):
-        namespace["__annotations__"][f.name] = f.type
-        namespace[f.name] = f.default
+        if f.name == "attention_options":
+            namespace["__annotations__"][f.name] = dict
+            namespace[f.name] = dataclasses.field(default_factory=dict)
+        else:
+            namespace["__annotations__"][f.name] = f.type
+            namespace[f.name] = f.default
     return namespace
 
 
@@ -30,6 +37,14 @@ class TRAConfig(PreTrainedConfig):
     attribute_map = {"hidden_size": "d_model", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers"}
     locals().update(_fields_of_model_config())  # a class body's locals() is its namespace
     use_cache: bool = True  # generate() decodes with the KV cache
+
+    def __post_init__(self, **kwargs):
+        """Options given as 0.2's flat fields join ``attention_options``."""
+        legacy = {name: kwargs.pop(name) for name in LEGACY_OPTIONS if name in kwargs}
+        if legacy:
+            given = {"attention": self.attention, "attention_options": self.attention_options, **legacy}
+            self.attention_options = fold_legacy_options(given)["attention_options"]
+        super().__post_init__(**kwargs)
 
     def to_model_config(self) -> ModelConfig:
         """The library's ModelConfig of these fields (validated: a bad value raises ValueError)."""

@@ -6,9 +6,10 @@ The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then th
 from .alibi import ALiBiAttention
 from .base import Attention
 from .cache import KVCache, LayerCache
-from .cope import CoPEAttention
-from .fox import FoXAttention
+from .cope import CoPEAttention, CoPEOptions
+from .fox import FoXAttention, FoXOptions
 from .nope import NoPEAttention
+from .options import KindOptions, NoOptions, option
 from .registry import (
     ATTENTION_KINDS,
     AttentionKind,
@@ -17,8 +18,8 @@ from .registry import (
     register_attention,
     unregister_attention,
 )
-from .rope import RoPEAttention
-from .tra import TRAAttention
+from .rope import RoPEAttention, RoPEOptions
+from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
 register_attention(AttentionKind("tra", TRAAttention))
@@ -33,12 +34,28 @@ register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True
 
 __all__ = [
     "ATTENTION_KINDS",
+    "ALiBiAttention",
     "Attention",
     "AttentionKind",
+    "CoPEAttention",
+    "CoPEOptions",
+    "FoXAttention",
+    "FoXOptions",
     "KVCache",
+    "KindOptions",
     "LayerCache",
+    "NoOptions",
+    "NoPEAttention",
+    "RoPEAttention",
+    "RoPEOptions",
+    "TRAAttention",
+    "TRAKeyGateAttention",
+    "TRANoDistanceAttention",
+    "TRANoThresholdAttention",
+    "TRAOptions",
     "attention_kind",
     "check_model_config",
+    "option",
     "register_attention",
     "unregister_attention",
 ]

@@ -13,9 +13,9 @@ from .base import Attention
 
 
 class ALiBiAttention(Attention):
-    def __init__(self, config):
-        super().__init__(config)
-        self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
         k, v, _ = self.with_cache(cache, k, v)

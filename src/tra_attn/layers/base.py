@@ -3,28 +3,37 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
 
 from .cache import LayerCache
+from .options import KindOptions, NoOptions
 
 if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
 
-# ModelConfig fields that need a threshold
-TRA_THRESHOLD_OPTIONS = (
-    "tra_dense_heads",
-    "tra_threshold_warmup",
-    "tra_local_window",
-    "tra_dense_window",
-    "tra_keep_surrogate",
-)
+
+def check_sizes(d_model, n_heads, attention_dropout) -> None:
+    """The layer arguments every kind shares, or a ValueError naming the argument."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} = {value!r}; expected a positive integer")
+    if d_model % n_heads:
+        raise ValueError(f"d_model = {d_model}; expected a multiple of n_heads = {n_heads}")
+    ok = isinstance(attention_dropout, (int, float)) and not isinstance(attention_dropout, bool)
+    if not (ok and 0.0 <= attention_dropout < 1.0):
+        raise ValueError(f"attention_dropout = {attention_dropout!r}; expected a probability in [0, 1)")
 
 
 class Attention(nn.Module):
     """Bias-free Q/K/V projections, an output projection with bias, and an ``attend`` hook.
+
+    Built from plain arguments, so any model can use it: ``TRAAttention(d_model=256, n_heads=4,
+    local_window=4)``; the keyword arguments beyond the shared ones are the kind's options (its ``Options``
+    class, checked there and by ``check_options``). ``attention_dropout``: dropout on the pre-softmax logits
+    in training; ``norm_eps``: the epsilon of any normalisation inside the layer.
 
     Subclasses implement ``attend(x, q, k, v, cache, segment_ids)`` on per-head tensors (B, H, S, Dh) of the
     new positions; with a cache they append their keys/values to it and attend over all of them.
@@ -35,37 +44,43 @@ class Attention(nn.Module):
     ``segment_ids`` still runs every batch without them, and refuses packed or padded ones clearly.
     """
 
-    has_threshold = False  # whether keys are kept by a finite TRA threshold (which TRA_THRESHOLD_OPTIONS act on)
+    Options: ClassVar[type[KindOptions]] = NoOptions
 
     @classmethod
-    def check_config(cls, config: ModelConfig) -> None:
-        """Refuse a config this kind cannot honour, with the field, its value and what was expected.
+    def check_options(cls, options: KindOptions, d_model: int, n_heads: int) -> None:
+        """Refuse options this kind cannot honour at these sizes (a ValueError naming the option or size);
+        the options class has checked each value already. Nothing by default; subclasses add theirs."""
 
-        ModelConfig checks its fields on its own; the checks that need the kind live here (subclasses add
-        theirs and call this one), run by ``layers.registry.check_model_config``.
-        """
-        for name in TRA_THRESHOLD_OPTIONS:
-            value = getattr(config, name)
-            if value and not cls.has_threshold:
-                raise ValueError(
-                    f"ModelConfig.{name} = {value!r}; expected 0 for attention = {config.attention!r}, "
-                    "which has no TRA threshold"
-                )
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> Attention:
+        """The layer of a model configuration: its sizes, logit dropout, epsilon and attention options."""
+        return cls(
+            config.d_model,
+            config.n_heads,
+            attention_dropout=config.attention_dropout,
+            norm_eps=config.norm_eps,
+            **config.attention_options.to_dict(),
+        )
 
-    def __init__(self, config: ModelConfig):
+    def __init__(
+        self, d_model: int, n_heads: int, *, attention_dropout: float = 0.0, norm_eps: float = 1e-6, **options
+    ):
         super().__init__()
-        d = config.d_model
-        self.n_heads = config.n_heads
-        self.head_dim = config.head_dim
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=True)
-        self.attention_dropout = config.attention_dropout
+        check_sizes(d_model, n_heads, attention_dropout)
+        self.options = self.Options.from_dict(options, type(self).__name__)
+        self.check_options(self.options, d_model, n_heads)
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.norm_eps = norm_eps
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=True)
+        self.attention_dropout = attention_dropout
         self.takes_segment_ids = "segment_ids" in inspect.signature(self.attend).parameters
 
     def logit_dropout(self) -> float:
-        """Dropout probability on the pre-softmax logits: ModelConfig.attention_dropout in training, else 0."""
+        """Dropout probability on the pre-softmax logits: ``attention_dropout`` in training, else 0."""
         return self.attention_dropout if self.training else 0.0
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,8 +118,8 @@ class Attention(nn.Module):
             return k, v, extras
         return cache.update(k, v, **extras)
 
-    def post_init(self, config: ModelConfig) -> None:
-        """Initialise parameters that the model's generic initialisation should not set."""
+    def post_init(self) -> None:
+        """Initialise parameters that the model's generic initialisation should not set (from the options)."""
 
     def on_train_step(self, step: int) -> None:
         """Called (through ``TransformerLM.set_train_step``) before the training forwards of optimizer step

@@ -10,20 +10,32 @@ zeroes the gates of padding and of each document's first token (ops/fox.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
 from torch import nn
 
 from ..ops.fox import forgetting_attention
 from .base import Attention
+from .options import KindOptions, option
+
+
+@dataclass(frozen=True)
+class FoXOptions(KindOptions):
+    prefix = "fox"
+    gate_bias_init: float = option(0.0, "initial bias of the forget gate")
 
 
 class FoXAttention(Attention):
-    def __init__(self, config):
-        super().__init__(config)
-        self.fgate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
+    Options = FoXOptions
 
-    def post_init(self, config):
-        nn.init.constant_(self.fgate_proj.bias, config.gate_bias_init)
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
+        self.fgate_proj = nn.Linear(d_model, n_heads, bias=True)
+        self.post_init()
+
+    def post_init(self):
+        nn.init.constant_(self.fgate_proj.bias, self.options.gate_bias_init)
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
         log_fgate = F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)  # (B, H, S)

@@ -1,9 +1,9 @@
 """The attention registry: one entry per kind says what the layer is (its class and capabilities).
 
-Adding a kind is one file with an ``Attention`` subclass and one ``register_attention(...)`` call
-(for the built-in kinds, a line in ``layers/__init__.py``). The model and evaluation batch sizing read
-this registry; how comparisons show and train a kind (label, colour, learning rate) is its row in the
-method table, ``experiments/methods.py``.
+Adding a kind is one file with an ``Attention`` subclass (and, if it has options, their dataclass: its
+``Options``) and one ``register_attention(...)`` call (for the built-in kinds, a line in
+``layers/__init__.py``). The model and evaluation batch sizing read this registry; how comparisons show and
+train a kind (label, colour, learning rate) is its row in the method table, ``experiments/methods.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .base import Attention
+from .options import KindOptions
 
 if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
@@ -21,13 +22,21 @@ if TYPE_CHECKING:  # type hints only: the model config is data the layers read
 class AttentionKind:
     """A registered attention kind.
 
-    name: the ``ModelConfig.attention`` string; cls: the layer class; materializes_scores: whether the
-    layer builds (B, H, S, S) tensors (sizes evaluation batches).
+    name: the ``ModelConfig.attention`` string; cls: the layer class (its ``Options`` are the kind's
+    options); materializes_scores: whether the layer builds (B, H, S, S) tensors (sizes evaluation batches).
     """
 
     name: str
     cls: type[Attention]
     materializes_scores: bool = False
+
+    @property
+    def options(self) -> type[KindOptions]:
+        return self.cls.Options
+
+    def make_options(self, data) -> KindOptions:
+        """This kind's options from a dict (or an options instance), checked; ValueError naming the option."""
+        return self.options.from_dict(data, f"attention = {self.name!r}")
 
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {}
@@ -58,6 +67,14 @@ def attention_kind(name: str, argument: str = "attention") -> AttentionKind:
 
 
 def check_model_config(config: ModelConfig) -> None:
-    """The checks of a ModelConfig that need the registry: its attention is a registered kind, and that
-    kind can honour the config (the class's ``check_config``). Run where models and runs are built."""
-    attention_kind(config.attention, "ModelConfig.attention").cls.check_config(config)
+    """The checks of a ModelConfig that need the registry: its attention is a registered kind, its options are
+    that kind's, and the kind can honour them at the model's sizes (the class's ``check_options``). ModelConfig
+    runs them when it is built; models and runs run them again (a config may have been edited since)."""
+    kind = attention_kind(config.attention, "ModelConfig.attention")
+    options = config.attention_options
+    if type(options) is not kind.options:
+        raise ValueError(
+            f"ModelConfig.attention_options = {options!r}; expected {kind.options.__name__} for attention = "
+            f"{kind.name!r}"
+        )
+    kind.cls.check_options(options, config.d_model, config.n_heads)

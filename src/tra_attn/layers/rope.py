@@ -9,26 +9,37 @@ count from its document's first real token (left padding shifts nothing), as if 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..ops.causal import causal_sdpa
 from ..ops.masks import document_positions
 from ..ops.rope import apply_rope, rope_angles
 from .base import Attention
+from .options import KindOptions, option, positive
+
+
+@dataclass(frozen=True)
+class RoPEOptions(KindOptions):
+    prefix = "rope"
+    base: float = option(10000.0, "RoPE frequency base", positive)
 
 
 class RoPEAttention(Attention):
+    Options = RoPEOptions
+
     @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        if config.head_dim % 2:
+    def check_options(cls, options, d_model: int, n_heads: int) -> None:
+        if (d_model // n_heads) % 2:
             raise ValueError(
-                f"ModelConfig.d_model = {config.d_model!r}; expected an even head dimension d_model / n_heads for RoPE"
+                f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
+                "for RoPE"
             )
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.base = config.rope_base
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
+        self.base = self.options.base
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
         s = q.shape[-2]

@@ -12,29 +12,31 @@ The authors' reference semantics; no other positional encoding. The normalisatio
 Packed or padded batches: the op keeps a key only if it is a real token of the query's document (the op's
 ``segment_ids``), so it takes no softmax mass and adds nothing to c_ij; the layer only passes the ids on.
 
-Option ``tra_dense_heads = n``: the first n heads of each layer keep every causal key (threshold -inf:
+Option ``dense_heads = n``: the first n heads of each layer keep every causal key (threshold -inf:
 c_ij = i - j + 1, a data-dependent ALiBi), the other heads are TRA as above. Text needs some heads that
 read recent tokens whatever their content; the threshold can only keep keys by content.
 
-Option ``tra_local_window = w``: the thresholded heads always keep the w most recent keys (the query's own
+Option ``local_window = w``: the thresholded heads always keep the w most recent keys (the query's own
 included), whatever their score; they are counted in c_ij like every kept key, so the count stays bounded by
-w plus the relevant keys. Option ``tra_dense_window = w``: the dense heads keep only the w most recent keys, a
+w plus the relevant keys. Option ``dense_window = w``: the dense heads keep only the w most recent keys, a
 window that does not grow with the length (docs/op_contract.md, section 8).
 
-Option ``tra_threshold_warmup = W`` (training only): the threshold of the training forwards rises in stages
+Option ``threshold_warmup = W`` (training only): the threshold of the training forwards rises in stages
 from threshold - sqrt(D) (every key kept) to the threshold over the first W steps (layers/tra_warmup.py).
 
-Option ``tra_keep_surrogate = tau`` (training only): the thresholded heads' backward lets gradient reach keys
+Option ``keep_surrogate = tau`` (training only): the thresholded heads' backward lets gradient reach keys
 near the threshold (a sigmoid straight-through estimator for the keep decision, ops/tra/surrogate.py); the
 forward values stay exact TRA, and evaluation, generation and checkpoints are the exact op.
 
-Option ``tra_learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
+Option ``learned_temperature``: s_ij = t_h q_i . k_j / sqrt(D) with a learned t_h = exp(w_h) > 0 per
 head, initialised to 1 (so a new model computes exactly the above). It lifts the bound to t_h sqrt(D),
 letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
 set does not depend on t_h (t_h s > 0 iff s > 0); with another threshold, keys are kept iff t_h s > it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,39 +45,83 @@ from torch import nn
 from ..ops.tra import IMPLS, threshold_relative_attention
 from .base import Attention
 from .norms import rms_normalize
+from .options import KindOptions, non_negative, non_negative_int, not_nan, one_of, option
 from .tra_warmup import warmup_threshold
 
 
-class TRAAttention(Attention):
-    """The canonical TRA layer: query-position gate, threshold from ModelConfig.tra_threshold."""
+@dataclass(frozen=True)
+class TRAOptions(KindOptions):
+    """TRA's options (flags ``--tra-...``); the ablations declare the subsets they honour."""
 
+    prefix = "tra"
+    threshold: float = option(0.0, "key j is kept iff its score exceeds this", not_nan)
+    impl: str = option("auto", "op implementation: auto, naive, chunked, triton", one_of(*IMPLS))
+    learned_temperature: bool = option(False, "a learned per-head factor on the scores, initialised to 1 (exact TRA)")
+    dense_heads: int = option(
+        0, "the first N heads of each layer keep every causal key (no threshold)", non_negative_int
+    )
+    local_window: int = option(
+        0, "the w most recent keys are always kept (and counted) in the thresholded heads; 0: off", non_negative_int
+    )
+    dense_window: int = option(
+        0, "the dense heads (dense_heads) keep only the w most recent keys; 0: every causal key", non_negative_int
+    )
+    threshold_warmup: int = option(
+        0,
+        "training steps over which the threshold rises from threshold - sqrt(head_dim) (every key kept) to the "
+        "threshold; validation, evaluation and checkpoints always use the threshold (0: off)",
+        non_negative_int,
+    )
+    keep_surrogate: float = option(
+        0.0,
+        "training-time temperature of a sigmoid straight-through gradient for the keep decision; the forward "
+        "pass stays exact (0: off)",
+        non_negative,
+    )
+    gate_bias_init: float = option(0.0, "initial bias of the forget gate")
+
+    def check(self) -> None:
+        if getattr(self, "dense_window", 0) and not getattr(self, "dense_heads", 0):
+            raise ValueError(
+                f"{self.describe('dense_window')} = {self.dense_window}; expected 0 when dense_heads = 0 (the window "
+                "applies to the dense heads)"
+            )
+
+
+class TRAAttention(Attention):
+    """The canonical TRA layer: query-position gate, the threshold and windows of its options (TRAOptions)."""
+
+    Options = TRAOptions
     has_gate = True
-    has_threshold = True  # a finite threshold (ModelConfig.tra_threshold_warmup can lower it in training)
 
     @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        if config.tra_impl not in IMPLS:
-            raise ValueError(f"ModelConfig.tra_impl = {config.tra_impl!r}; expected one of {IMPLS}")
+    def check_options(cls, options, d_model: int, n_heads: int) -> None:
+        dense = getattr(options, "dense_heads", 0)
+        if dense > n_heads:
+            raise ValueError(f"{options.describe('dense_heads')} = {dense}; expected at most n_heads = {n_heads}")
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.eps = config.norm_eps
-        self.threshold = config.tra_threshold
-        self.threshold_warmup = config.tra_threshold_warmup
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
+        # Options this kind does not declare (an ablation's missing mechanism) take TRA's defaults.
+        o = TRAOptions(**self.options.to_dict())
+        self.eps = self.norm_eps
+        self.threshold = o.threshold
+        self.threshold_warmup = o.threshold_warmup
         self.training_threshold: float | None = None  # set by on_train_step while the warm-up lasts
-        self.impl = config.tra_impl
-        self.dense_heads = config.tra_dense_heads
-        self.local_window = config.tra_local_window
-        self.dense_window = config.tra_dense_window
-        self.keep_surrogate = config.tra_keep_surrogate
+        self.impl = o.impl
+        self.dense_heads = o.dense_heads
+        self.local_window = o.local_window
+        self.dense_window = o.dense_window
+        self.keep_surrogate = o.keep_surrogate
+        self.gate_bias_init = o.gate_bias_init
         if self.has_gate:
-            self.gate_proj = nn.Linear(config.d_model, config.n_heads, bias=True)
-        self.log_temperature = nn.Parameter(torch.zeros(config.n_heads)) if config.tra_learned_temperature else None
+            self.gate_proj = nn.Linear(d_model, n_heads, bias=True)
+        self.log_temperature = nn.Parameter(torch.zeros(n_heads)) if o.learned_temperature else None
+        self.post_init()
 
-    def post_init(self, config):
+    def post_init(self):
         if self.has_gate:
-            nn.init.constant_(self.gate_proj.bias, config.gate_bias_init)
+            nn.init.constant_(self.gate_proj.bias, self.gate_bias_init)
         if self.log_temperature is not None:
             nn.init.zeros_(self.log_temperature)
 
@@ -129,7 +175,7 @@ class TRAAttention(Attention):
     ) -> torch.Tensor:
         """The TRA op on these heads, with the configured implementation (the materialised one when the
         logits are dropped or the keep decision is relaxed: training with attention_dropout or
-        tra_keep_surrogate). ``documents``: ``segment_ids`` of a packed or padded batch, or nothing."""
+        keep_surrogate). ``documents``: ``segment_ids`` of a packed or padded batch, or nothing."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(
             q,
@@ -147,6 +193,6 @@ class TRAAttention(Attention):
         )
 
     def surrogate_temperature(self, threshold: float) -> float:
-        """tra_keep_surrogate for a training forward of thresholded heads, else 0 (the exact op): dense heads
+        """keep_surrogate for a training forward of thresholded heads, else 0 (the exact op): dense heads
         keep every key, so there is no keep decision to relax."""
         return self.keep_surrogate if self.training and threshold != float("-inf") else 0.0

@@ -1,11 +1,13 @@
 """TRA ablations: each removes or moves one ingredient of the TRA layer (layers/tra.py).
 
 - ``tra_keygate``: the forget gate is taken at each kept key between j and i (FoX-style),
-  logits_ij = s_ij + sum over kept l in [j, i] of g_l. Materialised O(S^2) reference op; the keep rule,
-  windows included, is TRA's.
+  logits_ij = s_ij + sum over kept l in [j, i] of g_l. Materialised O(S^2) reference op (so no ``impl``);
+  the keep rule, windows included, is TRA's; no keep surrogate.
 - ``tra_nothreshold``: no threshold; every causal key is kept, so c_ij = i - j + 1 and the bias is
   g_i (i - j + 1): a data-dependent ALiBi. No threshold, so no threshold options (dense heads, windows).
-- ``tra_nodistance``: the threshold only, no distance term (NoPE plus selective sparsity).
+- ``tra_nodistance``: the threshold only, no distance term (NoPE plus selective sparsity), so no gate.
+
+Each declares exactly the TRA options it honours (``TRAOptions.without``).
 
 In a packed or padded batch every ablation keeps only real keys of the query's document (the ops'
 ``segment_ids``), so ``tra_keygate`` sums the gates of that document's kept keys only.
@@ -16,18 +18,16 @@ from __future__ import annotations
 import torch
 
 from ..ops.tra.key_gate import tra_key_gate_naive
-from .tra import TRAAttention
+from .tra import TRAAttention, TRAOptions
+
+THRESHOLD_OPTIONS = ("threshold", "dense_heads", "local_window", "dense_window", "threshold_warmup", "keep_surrogate")
+TRAKeyGateOptions = TRAOptions.without("TRAKeyGateOptions", "impl", "keep_surrogate")
+TRANoThresholdOptions = TRAOptions.without("TRANoThresholdOptions", *THRESHOLD_OPTIONS)
+TRANoDistanceOptions = TRAOptions.without("TRANoDistanceOptions", "gate_bias_init")
 
 
 class TRAKeyGateAttention(TRAAttention):
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        if config.tra_keep_surrogate:
-            raise ValueError(
-                f"ModelConfig.tra_keep_surrogate = {config.tra_keep_surrogate!r}; expected 0 for attention = "
-                f"{config.attention!r}, whose op (ops/tra/key_gate.py) has no keep surrogate"
-            )
+    Options = TRAKeyGateOptions
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
         q, k = self.normalize(q, k)
@@ -43,14 +43,15 @@ class TRAKeyGateAttention(TRAAttention):
 
 
 class TRANoThresholdAttention(TRAAttention):
-    has_threshold = False
+    Options = TRANoThresholdOptions
 
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
         self.threshold = float("-inf")
 
 
 class TRANoDistanceAttention(TRAAttention):
+    Options = TRANoDistanceOptions
     has_gate = False
 
     def log_gate(self, x: torch.Tensor) -> torch.Tensor:

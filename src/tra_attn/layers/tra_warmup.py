@@ -2,7 +2,7 @@
 
 With the model's threshold t and head dimension D, scores are bounded by |s| <= sqrt(D), so a threshold
 of t - sqrt(D) keeps every causal key (for t = 0). Over the first W warm-up steps
-(``ModelConfig.tra_threshold_warmup``) the threshold rises from t - sqrt(D) to t in ``LEVELS`` equal stages
+(TRA's option ``threshold_warmup``) the threshold rises from t - sqrt(D) to t in ``LEVELS`` equal stages
 (a few distinct values, so a compiled model recompiles a few times, not every step); from step W on it is
 t. Only training forwards see the lowered threshold (the TRA layer's ``on_train_step`` sets it, called
 through ``TransformerLM.set_train_step``): validation, evaluation and checkpoints always use the model's

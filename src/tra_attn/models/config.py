@@ -1,8 +1,8 @@
 """Model configuration: one dataclass, serialised to JSON next to every checkpoint and result.
 
-It is data: it checks its own fields (types, ranges, shapes) and imports nothing of the layers. The checks
-that need the attention registry (the kind exists, the kind can honour the options) run where models and
-runs are built: ``layers.registry.check_model_config``.
+It holds the attention kind's name and that kind's options (``attention_options``, the kind's own dataclass,
+declared and checked by the kind in ``layers/``), never a field of one kind. It checks its own fields, and
+asks the attention registry to check the kind and its options (``layers.registry.check_model_config``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,41 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from ..layers import ATTENTION_KINDS, KindOptions, attention_kind, check_model_config
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 6
+VERSION = 7
+
+# Version 6 and earlier kept every kind's options as flat fields of the model config: flat name -> option.
+LEGACY_OPTIONS = {
+    "tra_threshold": "threshold",
+    "tra_impl": "impl",
+    "tra_learned_temperature": "learned_temperature",
+    "tra_dense_heads": "dense_heads",
+    "tra_local_window": "local_window",
+    "tra_dense_window": "dense_window",
+    "tra_threshold_warmup": "threshold_warmup",
+    "tra_keep_surrogate": "keep_surrogate",
+    "rope_base": "base",
+    "cope_max_pos": "max_pos",
+    "gate_bias_init": "gate_bias_init",
+}
+
+
+def fold_legacy_options(data: dict) -> dict:
+    """A version-6 (or older) config dict with its flat option fields moved into ``attention_options``.
+
+    Each flat field becomes the option of the same meaning if the config's kind declares it; the others are
+    dropped: in 0.2 they had no effect on that kind (RoPE never read ``cope_max_pos``; the kinds without a
+    threshold refused non-zero threshold options, and ``tra_nothreshold`` ignored ``tra_threshold``).
+    """
+    legacy = {new: data.pop(old) for old, new in LEGACY_OPTIONS.items() if old in data}
+    kind = ATTENTION_KINDS.get(data.get("attention", "tra"))
+    if kind is not None:  # an unknown kind is refused by name when the config is built
+        legacy = {name: value for name, value in legacy.items() if name in kind.options.names()}
+    given = data.get("attention_options")
+    data["attention_options"] = {**legacy, **given} if isinstance(given, dict) else (given or legacy)
+    return data
 
 
 def migrate(data: dict) -> dict:
@@ -29,6 +61,8 @@ def migrate(data: dict) -> dict:
     moves it here), so a model config of its own gets 0.
     Version 5 had no ``tra_local_window``, ``tra_dense_window`` or ``tra_keep_surrogate``: no local window
     in the thresholded heads, every causal key in the dense heads, the exact gradient in training (0 for all).
+    Version 6 kept the options of every kind as flat fields (``tra_*``, ``rope_base``, ``cope_max_pos``,
+    ``gate_bias_init``): they move into ``attention_options`` (``fold_legacy_options``).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -43,6 +77,8 @@ def migrate(data: dict) -> dict:
         data.setdefault("tra_local_window", 0)
         data.setdefault("tra_dense_window", 0)
         data.setdefault("tra_keep_surrogate", 0.0)
+    if version <= 6:
+        data = fold_legacy_options(data)
     return data
 
 
@@ -57,13 +93,18 @@ INIT_SCHEMES = ("normal", "notebook")
 
 @dataclass
 class ModelConfig:
-    """Decoder-only language model; ``attention`` picks the attention layer by registry name."""
+    """Decoder-only language model; ``attention`` picks the attention layer by registry name, and
+    ``attention_options`` are that kind's options (a dict becomes the kind's options dataclass)."""
 
     vocab_size: int = field(default=256, metadata={"help": "token vocabulary size"})
     d_model: int = field(default=128, metadata={"help": "residual stream width"})
     n_layers: int = field(default=2, metadata={"help": "transformer blocks"})
     n_heads: int = field(default=4, metadata={"help": "attention heads (d_model must be a multiple)"})
     attention: str = field(default="tra", metadata={"help": "attention kind, a name from the registry"})
+    attention_options: KindOptions | dict = field(
+        default_factory=dict,
+        metadata={"help": "the kind's options: a dict (unset options take their defaults) or the kind's Options"},
+    )
     block_style: str = field(
         default="prenorm",
         metadata={"help": "'prenorm' or 'paper' (x = norm(x); x = x + f(x), as in the TRA notebook)"},
@@ -95,46 +136,6 @@ class ModelConfig:
             "defaults, embedding U(-0.01, 0.01), head N(0, 0.02))"
         },
     )
-    gate_bias_init: float = field(default=0.0, metadata={"help": "initial bias of the TRA / FoX forget gates"})
-    tra_threshold: float = field(default=0.0, metadata={"help": "TRA keeps key j iff its score exceeds this"})
-    tra_impl: str = field(default="auto", metadata={"help": "TRA op implementation: auto, naive, chunked, triton"})
-    tra_learned_temperature: bool = field(
-        default=False,
-        metadata={"help": "TRA kinds: a learned per-head factor on the scores, initialised to 1 (exact TRA)"},
-    )
-    tra_dense_heads: int = field(
-        default=0,
-        metadata={"help": "TRA kinds: the first N heads of each layer keep every causal key (no threshold)"},
-    )
-    tra_local_window: int = field(
-        default=0,
-        metadata={
-            "help": "TRA kinds: the w most recent keys are always kept (and counted) in the thresholded heads; 0: off"
-        },
-    )
-    tra_dense_window: int = field(
-        default=0,
-        metadata={
-            "help": "TRA kinds: the dense heads (tra_dense_heads) keep only the w most recent keys; 0: every causal key"
-        },
-    )
-    tra_threshold_warmup: int = field(
-        default=0,
-        metadata={
-            "help": "TRA kinds: training steps over which the threshold rises from threshold - sqrt(head_dim) "
-            "(every key kept) to the model's threshold; validation, evaluation and checkpoints always use the "
-            "model's (0: off)"
-        },
-    )
-    tra_keep_surrogate: float = field(
-        default=0.0,
-        metadata={
-            "help": "TRA kinds: training-time temperature of a sigmoid straight-through gradient for the keep "
-            "decision; the forward pass stays exact (0: off)"
-        },
-    )
-    rope_base: float = field(default=10000.0, metadata={"help": "RoPE frequency base"})
-    cope_max_pos: int = field(default=64, metadata={"help": "CoPE position table size"})
     tokenizer: dict | None = field(
         default=None,
         metadata={"help": "the text tokenizer the model reads (its describe(): name, files' hashes), or None"},
@@ -146,7 +147,7 @@ class ModelConfig:
         def fail(name: str, expected: str):
             raise ValueError(f"ModelConfig.{name} = {getattr(self, name)!r}; expected {expected}")
 
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "cope_max_pos"):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 fail(name, "a positive integer")
@@ -162,10 +163,9 @@ class ModelConfig:
             fail("residual_dropout", "true or false")
         if self.init_scheme not in INIT_SCHEMES:
             fail("init_scheme", f"one of {INIT_SCHEMES}")
-        for name in ("mlp_bias", "tra_learned_temperature"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, "true or false")
-        for name in ("mlp_ratio", "norm_eps", "init_std", "rope_base"):
+        if not isinstance(self.mlp_bias, bool):
+            fail("mlp_bias", "true or false")
+        for name in ("mlp_ratio", "norm_eps", "init_std"):
             value = getattr(self, name)
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 fail(name, "a finite positive number")
@@ -174,28 +174,16 @@ class ModelConfig:
                 "mlp_ratio",
                 f"a ratio giving an MLP at least 1 wide (mlp_ratio * d_model >= 1, d_model = {self.d_model})",
             )
-        if not _is_number(self.gate_bias_init) or not math.isfinite(self.gate_bias_init):
-            fail("gate_bias_init", "a finite number")
-        if not _is_number(self.tra_threshold) or math.isnan(self.tra_threshold):
-            fail("tra_threshold", "a number")
-        dense = self.tra_dense_heads
-        if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= self.n_heads:
-            fail("tra_dense_heads", f"an integer from 0 to n_heads = {self.n_heads}")
-        for name in ("tra_threshold_warmup", "tra_local_window", "tra_dense_window"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                fail(name, "a non-negative integer")
-        if self.tra_dense_window and not dense:
-            fail("tra_dense_window", "0 when tra_dense_heads = 0 (the window applies to the dense heads)")
-        tau = self.tra_keep_surrogate
-        if not isinstance(tau, (int, float)) or isinstance(tau, bool) or not math.isfinite(tau) or tau < 0:
-            fail("tra_keep_surrogate", "a finite temperature >= 0 (0: off)")
         if self.tokenizer is not None:
             described = isinstance(self.tokenizer, dict) and isinstance(self.tokenizer.get("name"), str)
             if not described or not isinstance(self.tokenizer.get("vocab_size"), int):
                 fail("tokenizer", "None or a tokenizer description with 'name' and 'vocab_size'")
             if self.tokenizer["vocab_size"] > self.vocab_size:
                 fail("tokenizer", f"a tokenizer of at most vocab_size = {self.vocab_size} ids")
+        self.attention_options = attention_kind(self.attention, "ModelConfig.attention").make_options(
+            self.attention_options
+        )
+        check_model_config(self)
 
     @property
     def head_dim(self) -> int:

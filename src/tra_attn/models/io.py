@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..utils.atomic import atomic_directory, atomic_write, atomic_write_text, make_directory
-from .config import ModelConfig
+from .config import LEGACY_OPTIONS, ModelConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -73,8 +73,9 @@ def read_config(directory: Path) -> tuple[ModelConfig, bool]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         hf = isinstance(data, dict) and data.get("model_type") == HF_MODEL_TYPE
-        if hf:
-            data = {f.name: data[f.name] for f in dataclasses.fields(ModelConfig) if f.name in data}
+        if hf:  # ModelConfig's fields (and 0.2's flat options, which its migration reads), without the version:
+            known = [f.name for f in dataclasses.fields(ModelConfig)] + list(LEGACY_OPTIONS)  # none is written there
+            data = {name: data[name] for name in known if name in data}
         return ModelConfig.from_dict(data), hf
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         raise ValueError(f"from_pretrained: {path} is not a valid config ({err})") from err

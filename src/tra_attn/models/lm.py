@@ -47,7 +47,7 @@ class Block(nn.Module):
         super().__init__()
         self.style = config.block_style
         self.norm1 = RMSNorm(config.d_model, config.norm_eps)
-        self.attn = attention_kind(config.attention).cls(config)
+        self.attn = attention_kind(config.attention).cls.from_config(config)
         self.norm2 = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config)
         self.dropout = nn.Dropout(config.dropout if config.residual_dropout else 0.0)
@@ -99,7 +99,7 @@ class TransformerLM(nn.Module):
         for block in self.blocks:
             for proj in (block.attn.o_proj, block.mlp.down):
                 nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
-            block.attn.post_init(self.config)
+            block.attn.post_init()
 
     def set_train_step(self, step: int) -> None:
         """Before the training forwards of optimizer step ``step``: every submodule with an ``on_train_step``

@@ -1,8 +1,9 @@
 """Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
 
-Written with ``"version": 5``. Older files (flip-flop's parameters as top-level fields in version 1,
-no threshold warm-up before version 3, no train-to-fit before version 4, the threshold warm-up a training
-field until version 4) are migrated by ``from_dict`` (see ``migrate``), so old checkpoints load and resume.
+Written with ``"version": 6``, the model config nested with its own version. Older files (flip-flop's
+parameters as top-level fields in version 1, no threshold warm-up before version 3, no train-to-fit before
+version 4, the threshold warm-up a training field until version 4, a model config of flat kind options until
+version 5) are migrated by ``from_dict`` (see ``migrate``), so old checkpoints load and resume.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..layers import check_model_config
 from ..models import ModelConfig
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 5
+VERSION = 6
 DEVICE_TYPES = ("cpu", "cuda")
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take a signed 64-bit integer
 
@@ -36,8 +37,11 @@ def migrate(data: dict) -> dict:
     new fields get the values that reproduce the old behaviour (1 and false).
     Version 2 had no ``tra_threshold_warmup``: TRA trained with its threshold from the first step (0).
     Version 3 had no ``fit_accuracy``: every run trained for exactly ``steps`` (0).
-    Version 4 had ``tra_threshold_warmup`` here; it is a model field now (``ModelConfig.tra_threshold_warmup``,
-    which the layers own) and moves into ``model``, so an old run keeps its warm-up.
+    Version 4 had ``tra_threshold_warmup`` here; it is TRA's option now (``threshold_warmup``, which the
+    kind owns) and moves into ``model`` (whose own migration places it among the kind's options), so an old
+    run keeps its warm-up.
+    Version 5 nested the model config without its version; version 6 nests it with (``ModelConfig.migrate``
+    reads both).
     """
     data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
@@ -52,7 +56,8 @@ def migrate(data: dict) -> dict:
     if warmup:
         model = data.get("model", {})
         if isinstance(model, ModelConfig):
-            data["model"] = dataclasses.replace(model, tra_threshold_warmup=warmup)
+            options = {**model.attention_options.to_dict(), "threshold_warmup": warmup}
+            data["model"] = dataclasses.replace(model, attention_options=options)
         elif isinstance(model, dict):
             data["model"] = {**model, "tra_threshold_warmup": warmup}
     return data
@@ -169,7 +174,7 @@ class TrainConfig:
         return make_task(self.task, **self.task_args)
 
     def to_dict(self) -> dict:
-        return {"version": VERSION, **dataclasses.asdict(self)}
+        return {"version": VERSION, **dataclasses.asdict(self), "model": self.model.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict, partial: bool = False) -> TrainConfig:

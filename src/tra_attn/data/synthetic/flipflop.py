@@ -24,6 +24,7 @@ PAD, WRITE, READ, IGNORE, ZERO, ONE = range(6)
 VOCAB_SIZE = 6
 _CHAR_TO_ID = {c: i + 1 for i, c in enumerate(CHARS)}
 _ID_TO_CHAR = {i: c for c, i in _CHAR_TO_ID.items()}
+ROLES = ("latest write", "older write", "ignore", "other read", "the read")  # key_roles
 
 
 def check_p_ignore(p_ignore) -> float:
@@ -123,6 +124,27 @@ class FlipFlop(Task):
 
     def statistics(self, batch: TaskBatch) -> dict:
         return statistics(batch)
+
+    def key_roles(self, tokens: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
+        """Per read (row i: the read instruction): the latest write before it (instruction and bit), older
+        writes, ignores, other reads (instructions and bits), and the read itself."""
+        n, length = tokens.shape
+        instruction = torch.zeros_like(tokens)  # each token's instruction: its own, or the one before its bit
+        instruction[:, 0::2] = tokens[:, 0::2]
+        instruction[:, 1::2] = tokens[:, 0::2]
+        kind = {WRITE: "older write", IGNORE: "ignore", READ: "other read", PAD: "other read"}
+        by_key = torch.full_like(tokens, ROLES.index("other read"))
+        for token, role in kind.items():
+            by_key[instruction == token] = ROLES.index(role)
+        roles = by_key[:, None, :].expand(n, length, length).clone()
+        pos = torch.arange(length)
+        writes = torch.where(tokens == WRITE, pos, -1)  # the position of each write instruction, else -1
+        latest = writes.cummax(dim=1).values  # the latest write at or before each position
+        for offset in (0, 1):  # the latest write's instruction and its bit, for the query at each position
+            hit = (pos[None, None, :] == (latest[:, :, None] + offset)) & (latest[:, :, None] >= 0)
+            roles[hit] = ROLES.index("latest write")
+        roles[:, pos, pos] = ROLES.index("the read")
+        return ROLES, roles
 
 
 def encode(line: str) -> torch.Tensor:

@@ -35,6 +35,7 @@ CHARS = ".*?01"
 BLANK, MARK, QUERY, ZERO, ONE = range(5)
 VOCAB_SIZE = len(CHARS)
 _CHAR_TO_ID = {c: i for i, c in enumerate(CHARS)}
+ROLES = ("marked bit", "marker", "distractor bit", "blank", "query or answer")  # key_roles
 
 
 def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
@@ -128,6 +129,18 @@ class Majority(Task):
 
     def statistics(self, batch: TaskBatch) -> dict:
         return statistics(batch)
+
+    def key_roles(self, tokens: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The same for the one query: marked bits (relevant), markers, unmarked bits (distractors), blanks."""
+        bits = (tokens == ZERO) | (tokens == ONE)
+        after_mark = torch.zeros_like(bits)
+        after_mark[:, 1:] = tokens[:, :-1] == MARK
+        roles = torch.full_like(tokens, ROLES.index("query or answer"))
+        roles[bits & after_mark] = ROLES.index("marked bit")
+        roles[tokens == MARK] = ROLES.index("marker")
+        roles[bits & ~after_mark & ~answer_mask(tokens)] = ROLES.index("distractor bit")
+        roles[tokens == BLANK] = ROLES.index("blank")
+        return ROLES, roles
 
 
 def encode(line: str) -> torch.Tensor:

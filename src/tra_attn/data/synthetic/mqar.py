@@ -30,6 +30,7 @@ from ..task import EvalSplit, Task, TaskBatch, register_task
 from .density_splits import check_density, check_int, density_splits
 
 FILLER, SEP, KEY0 = 0, 1, 2
+ROLES = ("bound key", "bound value", "other pair", "separator", "earlier query", "filler", "the query")  # key_roles
 
 
 def round_half_up(x: float) -> int:
@@ -182,6 +183,27 @@ class MultiQueryRecall(Task):
             "mean_query_distance": distances.mean().item() if distances.numel() else math.nan,
             "max_query_distance": distances.max().item() if distances.numel() else math.nan,
         }
+
+    def key_roles(self, tokens: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
+        """Per query key (row i): the pair that binds it (its key, its value), the other pairs, the separator,
+        the earlier queries (keys and answers), the filler, and the query itself."""
+        n, length = tokens.shape
+        after_sep = (tokens == SEP).cumsum(dim=1) > 0
+        pair_keys = self._is_key(tokens) & ~after_sep
+        pair_values = torch.zeros_like(pair_keys)
+        pair_values[:, 1:] = pair_keys[:, :-1]
+        by_key = torch.full_like(tokens, ROLES.index("earlier query"))  # what each key is, whatever the query
+        by_key[pair_keys | pair_values] = ROLES.index("other pair")
+        by_key[tokens == SEP] = ROLES.index("separator")
+        by_key[tokens == FILLER] = ROLES.index("filler")
+        roles = by_key[:, None, :].expand(n, length, length).clone()
+        bound = pair_keys[:, None, :] & (tokens[:, None, :] == tokens[:, :, None])  # (query i, key j): same key
+        bound_value = torch.zeros_like(bound)
+        bound_value[..., 1:] = bound[..., :-1]
+        roles[bound] = ROLES.index("bound key")
+        roles[bound_value] = ROLES.index("bound value")
+        roles[:, torch.arange(length), torch.arange(length)] = ROLES.index("the query")
+        return ROLES, roles
 
     def _is_key(self, token):
         return (token >= KEY0) & (token < self.value0)

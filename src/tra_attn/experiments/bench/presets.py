@@ -14,7 +14,8 @@ SUITE_TASKS = ("hierarchy", "mqar", "selective_copy", "majority")
 
 # Small models at a short length: the whole suite (4 tasks x 9 methods, a 2-rate sweep on seed 0, then
 # seeds 1 and 2) fits in about 2 hours on 2 CPU cores because runs that fit stop early.
-CPU_MODEL = dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=64)
+CPU_MODEL = dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0)
+OPTIONS = {"cope": {"max_pos": 64}}  # CoPE's position table covers the training length
 CPU_TRAIN = dict(
     length=64,
     steps=1000,
@@ -27,7 +28,7 @@ CPU_TRAIN = dict(
     checkpoint_every=1000,
     fit_accuracy=FIT_ACCURACY,
 )
-TINY_MODEL = dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=64)
+TINY_MODEL = dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0)
 TINY_TRAIN = dict(
     length=64,
     steps=10,
@@ -54,6 +55,7 @@ def task_presets(task: str) -> dict[str, Preset]:
         "cpu": Preset(
             task_args=args,
             model=CPU_MODEL,
+            options=OPTIONS,
             train=CPU_TRAIN,
             lr=1e-3,
             seeds=(0, 1, 2),
@@ -64,6 +66,7 @@ def task_presets(task: str) -> dict[str, Preset]:
         "tiny": Preset(
             task_args=args,
             model=TINY_MODEL,
+            options=OPTIONS,
             train=TINY_TRAIN,
             lr=3e-3,
             seeds=(0,),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...data import make_task
 from ...utils.atomic import atomic_write, atomic_write_text
-from ...utils.jsonl import read_jsonl
+from ...utils.rows import read_rows
 from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
 from ..tables import (
     NO_TEST_DATA,
@@ -247,7 +247,7 @@ def write_report(
     lines += variant_lines({r["method"] for r in rows})
     for task, task_rows in by_task.items():
         folder = out / task if suite else out
-        sweep = read_jsonl(folder / "sweep.jsonl")
+        sweep = read_rows(folder / "sweep.jsonl")
         selected = json.loads((folder / "selected_lrs.json").read_text()) if sweep else {}
         learning_rates = recorded_run(folder).get("learning_rates", PRESET_LEARNING_RATES)
         plot = folder / "accuracy.png"

@@ -16,7 +16,8 @@ PRESETS = {
     # (CoPE: 3e-3 at 800 steps, 1e-3 now).
     "cpu": Preset(
         task_args=TASK_ARGS,
-        model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
+        model=dict(d_model=128, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0),
+        options={"cope": {"max_pos": 128}},
         train=dict(
             length=128,
             steps=2000,
@@ -52,7 +53,8 @@ PRESETS = {
     # A smoke test of the whole pipeline: seconds on a CPU, no meaningful accuracy.
     "tiny": Preset(
         task_args=TASK_ARGS,
-        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
+        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0),
+        options={"cope": {"max_pos": 16}},
         train=dict(
             length=16,
             steps=20,
@@ -83,8 +85,8 @@ PRESETS = {
             residual_dropout=False,
             attention_dropout=0.01,
             init_scheme="notebook",
-            cope_max_pos=512,
         ),
+        options={"cope": {"max_pos": 512}},
         train=dict(
             length=512,
             steps=25_000,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop
 from ...utils.atomic import atomic_write, atomic_write_text
-from ...utils.jsonl import read_jsonl
+from ...utils.rows import read_rows
 from ..bench.report import accuracy_table, budget_phrase
 from ..fit import FIT_ACCURACY, unfit_methods
 from ..tables import (
@@ -159,7 +159,7 @@ def write_report(
     plot = out / "accuracy.png"
     plot_flipflop(rows, plot)
     config = rows[0]["config"]
-    sweep = upgrade_rows(read_jsonl(out / "sweep.jsonl"))
+    sweep = upgrade_rows(read_rows(out / "sweep.jsonl"))
     selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
     lr_note = learning_rate_note(
         rows,

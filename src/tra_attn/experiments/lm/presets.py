@@ -12,7 +12,8 @@ PRESETS = {
     # Byte-level Austen on 2 CPU cores: five novels to train, Persuasion to validate.
     "cpu": Preset(
         task_args={"corpus": "austen", "tokenizer": "byte"},
-        model=dict(d_model=128, n_layers=4, n_heads=4, block_style="prenorm", dropout=0.0, cope_max_pos=128),
+        model=dict(d_model=128, n_layers=4, n_heads=4, block_style="prenorm", dropout=0.0),
+        options={"cope": {"max_pos": 128}},
         train=dict(
             length=128,
             steps=600,
@@ -39,8 +40,8 @@ PRESETS = {
             "fox": 3e-3,
             "cope": 1e-3,
             "tra_nothreshold": 3e-3,
-            "tra_threshold-0.5": 3e-3,
-            "tra_threshold-1": 1e-3,
+            "tra_threshold_m0p5": 3e-3,
+            "tra_threshold_m1": 1e-3,
             "tra_dense1": 1e-3,
             "tra_dense2": 1e-3,
             "tra_warmup": 1e-3,
@@ -54,7 +55,8 @@ PRESETS = {
     # A smoke test of the whole pipeline: seconds on a CPU, no meaningful numbers.
     "tiny": Preset(
         task_args={"corpus": "austen", "tokenizer": "byte"},
-        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0, cope_max_pos=16),
+        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0),
+        options={"cope": {"max_pos": 16}},
         train=dict(
             length=16, steps=6, batch_size=4, warmup_steps=1, eval_every=3, eval_sequences=8, checkpoint_every=3
         ),
@@ -66,7 +68,8 @@ PRESETS = {
     # WikiText-103 with GPT-2 BPE at a paper-like size (a GPU job: --device cuda; data from --data-dir).
     "wikitext103": Preset(
         task_args={"corpus": "wikitext103", "tokenizer": "gpt2"},
-        model=dict(d_model=768, n_layers=12, n_heads=12, block_style="prenorm", dropout=0.0, cope_max_pos=512),
+        model=dict(d_model=768, n_layers=12, n_heads=12, block_style="prenorm", dropout=0.0),
+        options={"cope": {"max_pos": 512}},
         train=dict(
             length=512,
             steps=50_000,

@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ...utils.atomic import atomic_write, atomic_write_text
-from ...utils.jsonl import read_jsonl
+from ...utils.rows import read_rows
 from ..tables import (
     color,
     diverged_cells,
@@ -132,7 +132,7 @@ def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
     plot(rows, image)
     config = rows[0]["config"]
     model = config["model"]
-    sweep = read_jsonl(out / "sweep.jsonl")
+    sweep = read_rows(out / "sweep.jsonl")
     selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
     lr_note = learning_rate_note(
         rows,

@@ -1,0 +1,153 @@
+"""The options of an attention kind: a small frozen dataclass that the kind declares and checks.
+
+Each kind owns its options (TRA's threshold and windows, RoPE's base, CoPE's table size): the model
+configuration holds the kind's name and an instance of its options class, never a field of one kind. A new
+option is one field in its kind's class (with its help and its check); flags, the Hugging Face config and
+the method table read it from there.
+
+    @dataclass(frozen=True)
+    class MyOptions(KindOptions):
+        prefix = "mine"                       # its flags: --mine-width
+        width: int = option(4, "keys per group", positive_int)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+Check = Callable[[Any], str | None]  # a value -> None if it is valid, else what was expected
+
+
+def option(default, help: str, check: Check | None = None) -> Any:
+    """A field of an options class: its default, its one-line help and the check of its value (None: the
+    default's type decides: a bool, an integer, a finite number or a string)."""
+    return dataclasses.field(default=default, metadata={"help": help, "check": check})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def non_negative_int(value) -> str | None:
+    return None if _is_int(value) and value >= 0 else "a non-negative integer"
+
+
+def positive_int(value) -> str | None:
+    return None if _is_int(value) and value > 0 else "a positive integer"
+
+
+def finite(value) -> str | None:
+    return None if _is_number(value) and math.isfinite(value) else "a finite number"
+
+
+def positive(value) -> str | None:
+    return None if _is_number(value) and math.isfinite(value) and value > 0 else "a finite positive number"
+
+
+def non_negative(value) -> str | None:
+    return None if _is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
+
+
+def not_nan(value) -> str | None:
+    return None if _is_number(value) and not math.isnan(value) else "a number (-inf allowed, not NaN)"
+
+
+def one_of(*choices: str) -> Check:
+    def check(value) -> str | None:
+        return None if value in choices else f"one of {choices}"
+
+    return check
+
+
+def _default_check(default) -> Check:
+    if isinstance(default, bool):
+        return lambda value: None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int):
+        return lambda value: None if _is_int(value) else "an integer"
+    if isinstance(default, float):
+        return finite
+    return lambda value: None if isinstance(value, type(default)) else f"a {type(default).__name__}"
+
+
+@dataclass(frozen=True)
+class KindOptions:
+    """Base of every kind's options. Fields are declared with ``option``; each value is checked when the
+    options are built (an integer given for a float option becomes a float, so saved configs compare equal),
+    then ``check`` runs the checks that span fields. ``prefix`` names the flags (``--{prefix}-{option}``)
+    and the qualified names pages show (``{prefix}_{option}``)."""
+
+    prefix: ClassVar[str] = ""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            expected = (f.metadata.get("check") or _default_check(f.default))(value)
+            if expected:
+                raise ValueError(f"{self.describe(f.name)} = {value!r}; expected {expected}")
+            if isinstance(f.default, float) and _is_int(value):
+                object.__setattr__(self, f.name, float(value))
+        self.check()
+
+    def check(self) -> None:
+        """Checks that span several options (a ValueError naming the option); nothing by default."""
+
+    @classmethod
+    def describe(cls, name: str) -> str:
+        """How errors name an option: ``TRAOptions.local_window``."""
+        return f"{cls.__name__}.{name}"
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def qualified(cls, name: str) -> str:
+        """The option's name outside its kind (pages, legacy configs): ``tra_local_window``."""
+        return f"{cls.prefix}_{name}" if cls.prefix else name
+
+    @classmethod
+    def from_dict(cls, data, owner: str) -> KindOptions:
+        """The options of ``owner`` (``attention = 'tra'``, or a layer class) from a dict (unset options take
+        their defaults); an unknown name is a ValueError listing the options ``owner`` has."""
+        if isinstance(data, cls):
+            return data
+        if isinstance(data, KindOptions):
+            data = data.to_dict()
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"attention_options = {data!r}; expected a dict of the options of {owner} (or {cls.__name__})"
+            )
+        unknown = sorted(set(data) - set(cls.names()))
+        if unknown:
+            known = ", ".join(cls.names()) or "none"
+            raise ValueError(f"{unknown} are not options of {owner}; its options: {known}")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def without(cls, name: str, *removed: str) -> type[KindOptions]:
+        """A new options class ``name`` with ``cls``'s options except ``removed`` (an ablation that lacks some
+        of its kind's mechanisms declares exactly the options it honours)."""
+        kept = [f for f in dataclasses.fields(cls) if f.name not in removed]
+        spec = [(f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in kept]
+        namespace = {"prefix": cls.prefix, "check": cls.check, "__doc__": f"{cls.__name__} without {list(removed)}."}
+        return dataclasses.make_dataclass(name, spec, bases=(KindOptions,), frozen=True, namespace=namespace)
+
+    def changed(self) -> dict:
+        """The options that differ from their defaults, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
+
+
+@dataclass(frozen=True)
+class NoOptions(KindOptions):
+    """The options of a kind that has none (NoPE, ALiBi)."""
