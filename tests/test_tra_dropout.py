@@ -101,7 +101,13 @@ def test_a_resumed_tra_run_with_attention_dropout_is_bit_identical(tmp_path, mon
     monkeypatch.setattr(dispatch, "tra_surrogate", None)
     monkeypatch.setattr(dispatch, "tra_naive", None)
     model = ModelConfig(
-        vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention="tra", attention_dropout=0.2, tra_keep_surrogate=0.5
+        vocab_size=6,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        attention="tra",
+        attention_dropout=0.2,
+        attention_options={"keep_surrogate": 0.5, "local_window": 2},
     )
     config = TrainConfig(
         task="flipflop",
