@@ -91,14 +91,17 @@ def worker(spec: dict) -> dict:
         with torch.no_grad():
             forward()
 
+    # One thread: the process's CPU time, which a busy machine barely changes (time waiting for a core is not
+    # counted); several threads: wall-clock time (CPU time would count the threads' spinning).
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     forward_backward()
     times = {"forward": [], "fwd_bwd": []}
     for _ in range(repeats):
         for name, fn in (("forward", no_grad_forward), ("fwd_bwd", forward_backward)):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         **spec,
@@ -173,7 +176,9 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}",
         "",
         f"B={b}, H={h}, D={d}, fp32, causal; best of {repeats} after one warm-up, forward (under no_grad: what "
-        "evaluation and generation pay) and forward+backward timed alternately; peak RSS of a fresh process "
+        "evaluation and generation pay) and forward+backward timed alternately ("
+        + ("the process's CPU time, one thread" if threads == 1 else "wall-clock time")
+        + "); peak RSS of a fresh process "
         "(includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate pre-activations "
         "~ N(-2, 1). Ratios are TRA chunked time / SDPA time, measured in the same run.",
         "",
