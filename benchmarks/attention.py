@@ -211,7 +211,8 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
     for s, name, res in training:
         naive, chunked = res.get("naive"), res["chunked"]
         speedup = f"{naive['seconds'] / chunked['seconds']:.1f}x" if naive else "n/a"
-        lines.append(f"| {s} | {name} | {_cell(naive)} | {_cell(chunked)} | {speedup} |")
+        naive_cell = _cell(naive) if naive or not naive_fits(s, b, h) else "not run"
+        lines.append(f"| {s} | {name} | {naive_cell} | {_cell(chunked)} | {speedup} |")
     lines.append("")
     return "\n".join(lines)
 
