@@ -95,7 +95,7 @@ TRA = "threshold, impl, learned_temperature, dense_heads, local_window, dense_wi
             {"threshold_warmup": 3},
             r"\['threshold_warmup'\] are not options of attention = 'rope'; its options: base",
         ),
-        ("alibi", {"dense_heads": 1}, r"\['dense_heads'\] are not options of attention = 'alibi'; its options: none"),
+        ("nope", {"dense_heads": 1}, r"\['dense_heads'\] are not options of attention = 'nope'; its options: none"),
         (
             "tra_nothreshold",
             {"local_window": 2},

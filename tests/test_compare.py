@@ -167,3 +167,24 @@ def test_no_experiment_module_imports_the_cli():
     }
     assert "tra_attn.cli.compare" in imported_modules(SRC / "cli" / "__init__.py")  # the check resolves imports
     assert {path: names for path, names in offending.items() if names} == {}
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["flipflop", "--methods", "tra", "tra"], r"--methods: \['tra'\] given more than once; expected each once"),
+        (["flipflop", "--methods", "tra", "--seeds", "0", "1", "0"], r"--seeds: \[0\] given more than once"),
+        (["flipflop", "--methods", "tra", "--lrs", "1e-3", "0.001"], r"--lrs: \[0\.001\] given more than once"),
+        (
+            ["flipflop", "--methods", "tra", "--seeds", "0", "1", "--lrs", "1e-3", "3e-3", "--sweep-seeds", "0", "0"],
+            r"--sweep-seeds: \[0\] given more than once",
+        ),
+        (["--suite", "--tasks", "mqar", "mqar"], r"--tasks: \['mqar'\] given more than once"),
+        (["--suite", "--tasks", "mqar", "--methods", "fox", "fox"], r"--methods: \['fox'\] given more than once"),
+    ],
+)
+def test_a_name_given_twice_is_refused_before_any_work(flags, message, tmp_path, capsys):
+    """`--methods tra tra` trained once and wrote every row twice."""
+    code, _, err = run(["compare", *flags, "--preset", "tiny", "--out", tmp_path / "cmp"], capsys)
+    assert code == 2 and re.fullmatch(rf"tra: error: {message}.*\n", err), err
+    assert not (tmp_path / "cmp").exists()

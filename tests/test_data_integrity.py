@@ -273,8 +273,9 @@ WRONG_ANSWER = {
     "mqar": lambda task, t: task.value0 + (t - task.value0 + 1) % task.num_values,
     "selective_copy": lambda task, t: 2 + (t - 2 + 1) % task.num_symbols,
     "hierarchy": lambda task, t: 32 + (t - 32 + 1) % task.num_values,
+    "passkey": lambda task, t: (t + 1) % 10,  # digits '0'-'9' are ids 0-9
 }
-LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128}
+LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128, "passkey": 32}
 
 
 def test_every_task_with_a_text_format_has_a_wrong_answer_case():
@@ -360,6 +361,20 @@ def test_fit_accuracy_out_of_range_is_refused_before_any_work(command, tmp_path,
     out = tmp_path / "out"
     code, _, err = run([*command, "--fit-accuracy", "1.5", "--out", out, "--steps", "2"], capsys)
     assert code == 2 and "1.5" in err and "expected a number in [0, 1]" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["lm", "train"], ["train", "--task", "lm"]])
+def test_training_a_language_model_to_fit_is_refused_before_any_work(command, tmp_path, capsys):
+    """Text has no full-sequence accuracy: `tra lm train --fit-accuracy 0.5` was refused at the first validation,
+    after training rows and the run folder were written."""
+    out = tmp_path / "out"
+    code, _, err = run([*command, "--fit-accuracy", "0.5", "--out", out, "--steps", "2", "--length", "16"], capsys)
+    assert code == 2 and re.fullmatch(
+        r"tra: error: --fit-accuracy \(TrainConfig\.fit_accuracy\) = 0\.5: the lm task's validation has no "
+        r"full-sequence accuracy to train to fit on; expected no --fit-accuracy, or 0\n",
+        err,
+    ), err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -449,3 +464,86 @@ def test_the_cache_checksum_benchmark_runs(tmp_path):
     )
     assert result.returncode == 0 and "MB/s" in result.stdout, result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- data with nothing to score ----------------------------------------------------------------------
+
+
+def test_tra_data_refuses_hierarchy_without_gets(tmp_path, capsys):
+    """`tra data hierarchy --p-read 0` wrote sequences without a single scored token."""
+    code, _, err = run(["data", "hierarchy", "--p-read", "0", "--num", "4", "--out", tmp_path / "h.txt"], capsys)
+    assert code == 2 and "hierarchy: p_read = 0.0; expected a probability in (0, 1): the gets' values are" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+FLIPFLOP_WITHOUT_READS = ["--p-ignore", "0.9", "--no-final-read", "--length", "6"]  # seed 0: no 'r' in 3 sequences
+
+
+def test_every_path_that_hands_out_a_batch_refuses_one_with_nothing_to_score(tmp_path, capsys):
+    """The class behind the hierarchy case: `tra data`, training (its fixed validation sequences, or its first
+    batch without validation) and evaluation (`--data`) refuse data that hold no scored token, before writing."""
+    code, _, err = run(["data", "flipflop", *FLIPFLOP_WITHOUT_READS, "--num", "3", "--out", tmp_path / "f.txt"], capsys)
+    assert code == 2 and "tra data flipflop: the 3 sequences of 6 tokens hold no scored token; expected data" in err
+    task_args = ["--task-arg", "p_ignore=0.9", "--task-arg", "final_read=false", "--length", "6", "--seed", "0"]
+    for validation in (["--eval-sequences", "3"], ["--eval-every", "0"]):
+        argv = ["train", "--out", tmp_path / "run", *task_args, "--batch-size", "2", *validation, "--steps", "2"]
+        code, _, err = run(argv, capsys)
+        what = "validation sequences" if validation[0] == "--eval-sequences" else "first training batch"
+        assert code == 2 and re.search(rf"the flipflop task's {what} \(FlipFlop\(.*\)\): the \d sequences? of", err)
+    assert list(tmp_path.iterdir()) == []
+    run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
+    (tmp_path / "reads.txt").write_text("w1i0i1i0\n")
+    code, _, err = run(["eval", "--checkpoint", tmp_path / "run", "--data", tmp_path / "reads.txt", "--out",
+                        tmp_path / "rows.jsonl"], capsys)  # fmt: skip
+    assert code == 2 and "--data " in err and "the 1 sequence of 8 tokens hold no scored token" in err
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+# ---- memory -------------------------------------------------------------------------------------------
+
+
+def test_tra_data_estimates_its_memory_and_refuses_with_the_numbers_under_a_limit(tmp_path):
+    """`tra data flipflop --length 100000000` under a memory limit ended in an allocator traceback. A new process
+    under `ulimit -v` (its mapped memory + 1 GB): refused at once with the estimate and the limit, nothing written."""
+    import resource
+
+    code = "import tra_attn.cli; print(open('/proc/self/status').read().split('VmSize:')[1].split()[0])"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    mapped = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout) * 1024
+    limit = mapped + (1 << 30)
+
+    def under_the_limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    argv = [sys.executable, "-m", "tra_attn", "data", "flipflop", "--length", "10000000", "--num", "100"]
+    argv += ["--out", str(tmp_path / "ff.txt")]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=under_the_limit, timeout=120)
+    assert result.returncode == 2 and re.fullmatch(
+        r"tra: error: tra data flipflop: 100 sequences \(--num\) of 10000000 tokens \(--length\): about 64\.0 GB of "
+        r"memory needed, and the process's limit \(ulimit -v\) leaves [\d.]+ [MG]B; expected fewer sequences or "
+        r"shorter ones \(or several files, with different --seed\)\n",
+        result.stderr,
+    ), result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_allocation_the_estimate_missed_is_one_line(tmp_path, capsys, monkeypatch):
+    """The backstop: torch's allocator error (and numpy's MemoryError) is one `tra: error:` line, exit 1."""
+    from tra_attn.data.synthetic.flipflop import FlipFlop
+
+    def refused(self, num, length, seed):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 800000000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(FlipFlop, "sample", refused)
+    code, _, err = run(["data", "flipflop", "--num", "2", "--out", tmp_path / "ff.txt"], capsys)
+    assert code == 1 and re.fullmatch(
+        r"tra: error: tra data: out of memory: allocating 800\.0 GB failed \(.+ leaves .+\); expected a smaller job "
+        r"\(fewer or shorter sequences, a smaller batch\)\n",
+        err,
+    ), err
+    monkeypatch.setattr(FlipFlop, "sample", lambda *a: (_ for _ in ()).throw(MemoryError("Unable to allocate 7 TiB")))
+    code, _, err = run(["data", "flipflop", "--num", "2", "--out", tmp_path / "ff.txt"], capsys)
+    assert code == 1 and err.startswith("tra: error: tra data: out of memory: Unable to allocate 7 TiB"), err

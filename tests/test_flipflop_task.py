@@ -140,6 +140,6 @@ def test_bad_length(length):
 
 def test_task_registry():
     assert isinstance(make_task("flipflop", p_ignore=0.5), FlipFlop)
-    expected = r"\['flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'selective_copy'\]"
+    expected = r"\['flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'passkey', 'selective_copy'\]"
     with pytest.raises(ValueError, match=rf"task = 'copy'; expected one of {expected}"):
         make_task("copy")

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -131,6 +132,35 @@ def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, 
             assert re.match(rf"tra: error: writing .*{re.escape(written.format(ro=ro))}.*: Read-only file system$", err)
         assert [p.name for p in list_checkpoints(ro / "run")] == ["step_0000003"]
         assert load_train_state(resolve_checkpoint(ro / "run"))[1]["step"] == 3
+
+
+@contextlib.contextmanager
+def immutable(folder: Path):
+    """``folder`` made immutable with ``chattr +i`` (binds root too); skips where the file system or user cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a folder immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+
+
+def test_an_immutable_folder_fails_every_write_in_one_line_as_the_machine_refusing(tmp_path, capsys):
+    """`chattr +i`: every write, a new run folder's included, is "Operation not permitted" (EPERM), exit 1 as other
+    refusals of the machine (creating a run folder used to be exit 2, as if the input were wrong)."""
+    with immutable(tmp_path / "frozen") as frozen:
+        cases = {
+            "data": (["data", "flipflop", "--num", "4", "--length", "16", "--out", frozen / "x.txt"], "sequences"),
+            "train": (["train", "--out", frozen / "run", *TINY_TRAIN], "run directory"),
+            "compare": (["compare", "flipflop", "--preset", "tiny", "--out", frozen / "cmp"], "--out"),
+        }
+        for name, (argv, what) in cases.items():
+            code, _, err = tra(argv, capsys)
+            assert code == 1 and ONE_ERROR_LINE.match(err), (name, err)
+            assert re.fullmatch(rf"tra: error: writing {what} {frozen}/\S+: Operation not permitted\n", err), err
+        assert list(frozen.iterdir()) == []
 
 
 @pytest.mark.parametrize("where", ["torch.save", "safetensors"])
@@ -254,6 +284,30 @@ def test_a_stray_world_size_fails_within_the_rendezvous_timeout(tmp_path, rank):
         re.M,
     ), result.stderr[-3000:]
     assert result.stderr.rstrip().splitlines()[-1].startswith("tra: error:")  # after torch's C++ log lines
+    waiting = (  # said first, before the wait
+        rf"tra: WORLD_SIZE=2 and RANK={rank} are set: waiting up to 3 s \(TRA_RENDEZVOUS_TIMEOUT\) for the other 1 "
+        r"process of the run to join at 127\.0\.0\.1:\d+; if no others are coming \(not a torchrun launch\), stop "
+        r"this one and unset WORLD_SIZE, RANK and LOCAL_RANK\n"
+    )
+    assert re.match(waiting, result.stderr), result.stderr[-3000:]
+
+
+def test_a_stray_world_size_says_what_it_waits_for_at_once(tmp_path):
+    """The default timeout is 300 s: the process says, before waiting, what it waits for and how to stop it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC), "WORLD_SIZE": "3", "RANK": "2"}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TRA_RENDEZVOUS_TIMEOUT="300")
+    argv = [sys.executable, "-m", "tra_attn", "train", "--out", str(tmp_path / "run"), *TINY_TRAIN]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = threading.Timer(60, process.kill)  # without the line, readline would wait the whole 300 s
+    deadline.start()
+    try:
+        first = process.stderr.readline()
+    finally:
+        deadline.cancel()
+        process.kill()
+        process.wait()
+    assert first.startswith("tra: WORLD_SIZE=3 and RANK=2 are set: waiting up to 300 s (TRA_RENDEZVOUS_TIMEOUT) for ")
+    assert "the other 2 processes of the run to join at 127.0.0.1:" in first and "unset WORLD_SIZE, RANK" in first
 
 
 @pytest.mark.parametrize(
@@ -303,16 +357,34 @@ def test_torchrun_workers_print_the_library_message_first_and_no_traceback_of_th
         assert not [p for p in (disk / "run" / "checkpoints").iterdir()]
 
 
-def test_a_short_write_of_the_token_cache_names_the_cache(tmp_path, monkeypatch):
-    """numpy reports a full disk as a short write without errno or path: the cache's write says what and where."""
+def test_a_full_disk_under_the_token_cache_names_the_cache_and_the_full_disk(tmp_path, monkeypatch):
+    """The token cache's write used to go through ndarray.tofile, which reports a full disk as "1349882 requested
+    and 1048576 written" (no errno, no path). Here the write goes to /dev/full, which fails every write with ENOSPC
+    for any user; no cache is left."""
     from tra_attn.data.text import corpus
 
-    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 50)
+    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 60_000)  # 1.3 MB: past stdio's buffers
+    real = corpus.atomic_write
 
-    def short_write(path, write):
-        raise OSError("883028 requested and 10240 written")  # what np.ndarray.tofile raises on a full disk
+    def onto_a_full_disk(path, write):
+        real(path, lambda tmp: write(Path("/dev/full")))
 
-    monkeypatch.setattr(corpus, "atomic_write", short_write)
-    with pytest.raises(WriteFailed, match=r"writing token cache .*\.bin: 883028 requested and 10240 written"):
+    monkeypatch.setattr(corpus, "atomic_write", onto_a_full_disk)
+    with pytest.raises(WriteFailed, match=r"^writing token cache .*\.bin: No space left on device$"):
         corpus.tokenize_corpus(tmp_path / "corpus.txt", "byte", cache_dir=tmp_path / "cache", progress=False)
-    assert not list((tmp_path / "cache").glob("*.bin"))
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.suffix in (".bin", ".tmp")]
+
+
+def test_a_full_tmpfs_under_the_token_cache_is_one_line(tmp_path):
+    """The same on a real full disk: a 64 KiB tmpfs as TRA_CACHE_DIR and a 1.3 MB corpus."""
+    (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 60_000)
+    with tmpfs(tmp_path / "disk", "64k") as disk:
+        result = cli(
+            "lm", "train", "--corpus", tmp_path / "corpus.txt", "--validation-text", tmp_path / "corpus.txt",
+            "--out", tmp_path / "run", *TINY_TRAIN, env={"TRA_CACHE_DIR": str(disk)},
+        )  # fmt: skip
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        last = result.stderr.rstrip().splitlines()[-1]  # after the tokenizing progress bar
+        assert re.fullmatch(rf"tra: error: writing token cache {disk}/\S+\.bin: No space left on device", last)
+        assert not [p for p in disk.iterdir() if p.suffix == ".bin"]
+    assert not (tmp_path / "run").exists()

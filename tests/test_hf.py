@@ -106,12 +106,46 @@ def test_padded_batches_compute_and_generate_each_row_alone(kind):
     assert torch.equal(beams[1, -6:], single)
 
 
+def test_generate_refuses_a_right_padded_prompt_as_the_native_model_does():
+    """transformers only logs a warning and continues each row after its padding: a padded row got wrong tokens."""
+    model, wrapper = pair("tra")
+    ids, mask = padded([[3, 1, 4, 1, 5], [6, 5]], "right")
+    with pytest.raises(ValueError, match=r"generate: attention_mask\[1, -1\] = 0; expected left padding"):
+        model.generate(ids, 3, temperature=0, attention_mask=mask)
+    for use_cache in (True, False):
+        with pytest.raises(ValueError, match=r"attention_mask\[1, -1\] = 0; expected left padding .*padding_side"):
+            wrapper.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, use_cache=use_cache)
+    out = wrapper(ids, attention_mask=mask).logits  # the forward still takes right padding, exactly
+    torch.testing.assert_close(out[1, :2], wrapper(ids[1:, :2]).logits[0])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rows_that_finish_early_are_fed_the_tokenizers_pad_and_the_others_decode_as_alone(use_cache):
+    """A pipeline passes the tokenizer's pad (the byte tokenizer's 256, outside the vocabulary) to generate, which
+    feeds it to every row that has met its eos: the wrapper must still run, and the other rows be unchanged."""
+    _, wrapper = pair("tra", vocab_size=256)
+    prompts = [[3, 1, 4, 1, 5], [6, 5, 9]]
+    first = wrapper.generate(torch.tensor([prompts[0]]), max_new_tokens=1, do_sample=False)[0, -1].item()
+    alone = wrapper.generate(torch.tensor([prompts[1]]), max_new_tokens=5, do_sample=False)[0, 3:]
+    assert first not in alone.tolist()  # row 1 runs all 5 steps
+    ids, mask = padded(prompts, "left", pad=256)
+    out = wrapper.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=5,
+        do_sample=False,
+        eos_token_id=first,
+        pad_token_id=256,
+        use_cache=use_cache,
+    )
+    assert out[0, 5:].tolist() == [first, 256, 256, 256, 256] and torch.equal(out[1, 5:], alone)
+
+
 def test_the_pipeline_generates_batches_with_padding():
     from transformers import pipeline
 
     _, wrapper = pair("rope", vocab_size=256)
-    tokenizer = hf_tokenizer("byte")
-    tokenizer.pad_token = "\x00"  # the byte tokenizer has no special tokens: any id pads, the mask hides it
+    tokenizer = hf_tokenizer("byte")  # its own pad, <pad> = 256: no pad to set by hand
     pipe = pipeline("text-generation", model=wrapper, tokenizer=tokenizer)
     prompts = ["It is a truth", "Emma", "Mr. Darcy said"]
     batched = pipe(prompts, max_new_tokens=5, do_sample=False, batch_size=2)
@@ -136,11 +170,21 @@ def test_conversion_is_exact_both_ways_and_pipelines_generate(tokenizer, tmp_pat
     assert isinstance(wrapper, TRAForCausalLM) and hf_tok.encode("Hello world") == make_tokenizer(tokenizer).encode(
         "Hello world"
     )
-    prompt = "It is a truth"
-    ids = torch.tensor([hf_tok.encode(prompt)])
-    ours = model.generate(ids, 6, temperature=0)[0, ids.shape[1] :]
-    text = pipeline("text-generation", model=wrapper, tokenizer=hf_tok)(prompt, max_new_tokens=6, do_sample=False)
-    assert text[0]["generated_text"] == prompt + make_tokenizer(tokenizer).decode(ours)
+    special = {
+        "bos_token_id": hf_tok.bos_token_id,
+        "eos_token_id": hf_tok.eos_token_id,
+        "pad_token_id": hf_tok.eos_token_id,
+    }
+    assert {name: getattr(wrapper.config, name) for name in special} == special  # what clients read
+    assert hf_tok.pad_token_id is not None  # Hugging Face batches only with a pad token
+    pipe = pipeline("text-generation", model=wrapper, tokenizer=hf_tok)
+    prompts = ["It is a truth", "Emma"]
+    for prompt, text in zip(prompts, pipe(prompts, max_new_tokens=6, do_sample=False, batch_size=2), strict=True):
+        ids = torch.tensor([hf_tok.encode(prompt)])
+        ours = model.generate(ids, 6, temperature=0)[0, ids.shape[1] :].tolist()
+        if hf_tok.eos_token_id in ours:  # Hugging Face stops at the eos
+            ours = ours[: ours.index(hf_tok.eos_token_id) + 1]
+        assert text[0]["generated_text"] == prompt + make_tokenizer(tokenizer).decode(ours)
     assert run(["convert", tmp_path / "hf", "--to", "native", "--out", tmp_path / "back"], capsys)[0] == 0
     back = TransformerLM.from_pretrained(tmp_path / "back")
     assert back.config == model.config
@@ -270,3 +314,60 @@ def test_the_byte_tokenizer_names_the_document_separator_as_bos_and_eos_yet_deco
     assert tokenizer.bos_token_id == tokenizer.eos_token_id == make_tokenizer("byte").separator[0] == 10
     assert tokenizer.decode([97, 10, 98], skip_special_tokens=True) == "a\nb"
     assert tokenizer("a\nb").input_ids == [97, 10, 98]  # nothing added around a text
+
+
+def test_the_byte_tokenizer_pads_with_an_id_the_model_never_emits_and_every_text_stays_its_bytes(tmp_path):
+    tokenizer = hf_tokenizer("byte")
+    assert tokenizer.pad_token == "<pad>" and tokenizer.pad_token_id == 256 and len(tokenizer) == 257
+    batch = tokenizer(["abc", "d"], padding=True)
+    assert batch.input_ids == [[97, 98, 99], [100, 256, 256]] and batch.attention_mask == [[1, 1, 1], [1, 0, 0]]
+    assert tokenizer("a<pad>b").input_ids == list(b"a<pad>b")  # text is never read as the pad
+    assert tokenizer.decode([97, 256, 10], skip_special_tokens=True) == "a\n"
+    tokenizer.save_pretrained(tmp_path)
+    again = type(tokenizer).from_pretrained(tmp_path)
+    assert again.pad_token_id == 256 and again("x<pad>").input_ids == list(b"x<pad>")
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2", None])
+def test_auto_tokenizer_refuses_a_folder_whose_tokenizer_files_were_deleted_unless_its_model_reads_bytes(
+    tokenizer, tmp_path
+):
+    """AutoTokenizer falls back to the byte tokenizer for every model_type "tra" folder without tokenizer files:
+    a GPT-2 model (or one without a tokenizer) read as bytes used to load silently."""
+    from transformers import AutoTokenizer
+
+    described = make_tokenizer(tokenizer).describe() if tokenizer else None
+    vocab = described["vocab_size"] if described else 40
+    model = TransformerLM(ModelConfig(vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, tokenizer=described))
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "hf")
+    for path in (tmp_path / "hf").iterdir():
+        if path.name not in ("config.json", "model.safetensors", "generation_config.json", "remote_code.py"):
+            path.unlink()
+    if tokenizer == "byte":  # bytes need no files
+        assert AutoTokenizer.from_pretrained(tmp_path / "hf")("ab").input_ids == [97, 98]
+        return
+    trained = "the 'gpt2' tokenizer" if tokenizer else "no tokenizer"
+    with pytest.raises(ValueError, match=f"its model was trained with {trained}.*holds no tokenizer files"):
+        AutoTokenizer.from_pretrained(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("change", ["int64", "missing"])
+def test_auto_model_refuses_stored_tensors_transformers_would_cast_or_fill_in(change, tmp_path):
+    """transformers casts an integer tensor to float, and fills a missing one with random values, with no error."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    TransformerLM(ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "lm")
+    to_hf(tmp_path / "lm", tmp_path / "hf")
+    weights = tmp_path / "hf" / "model.safetensors"
+    state = load_file(str(weights))
+    if change == "int64":
+        state["model.norm.weight"] = state["model.norm.weight"].long()
+        message = r"model\.norm\.weight is torch\.int64 of shape \(16,\); expected torch\.float32"
+    else:
+        del state["model.norm.weight"]
+        message = r"missing: \['model\.norm\.weight'\]; unexpected: none"
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=message):
+        AutoModelForCausalLM.from_pretrained(tmp_path / "hf")

@@ -29,7 +29,7 @@ CONFIGS = [
     Hierarchy(),
     Hierarchy(r_count=2, conslen=3, depth=2, branching=2, num_variables=2, num_values=3, p_read=0.6, p_set=0.2),
     Hierarchy(r_count=1, conslen=6, depth=1, num_variables=1, p_read=0.5, p_set=0.5),
-    Hierarchy(r_count=2, conslen=1, depth=5, p_read=0.0),
+    Hierarchy(r_count=2, conslen=1, depth=5, p_read=0.1),
 ]
 
 
@@ -226,10 +226,11 @@ def test_read_text_names_the_bad_line(tmp_path):
         ({"num_variables": 27}, r"num_variables = 27; expected an integer in \[1, 26\]"),
         ({"num_values": 1}, r"num_values = 1; expected an integer in \[2, 10\]"),
         ({"num_values": "10"}, r"num_values = '10'; expected an integer in \[2, 10\]"),
-        ({"p_read": 1.0}, r"p_read = 1\.0; expected a probability in \[0, 1\)"),
-        ({"p_read": -0.1}, r"p_read = -0\.1; expected a probability in \[0, 1\)"),
-        ({"p_read": float("nan")}, r"p_read = nan; expected a probability in \[0, 1\)"),
-        ({"p_set": "0.4"}, r"p_set = '0\.4'; expected a probability in \[0, 1\)"),
+        ({"p_read": 1.0}, r"p_read = 1\.0; expected a probability in \(0, 1\)"),
+        ({"p_read": -0.1}, r"p_read = -0\.1; expected a probability in \(0, 1\)"),
+        ({"p_read": float("nan")}, r"p_read = nan; expected a probability in \(0, 1\)"),
+        ({"p_read": 0.0}, r"p_read = 0\.0; expected a probability in \(0, 1\): the gets' values are the only scored"),
+        ({"p_set": "0.4"}, r"p_set = '0\.4'; expected a probability in \(0, 1\)"),
         ({"p_set": 0}, r"p_set = 0; expected a probability in \(0, 1\): gets need assignments"),
         ({"p_read": 0.6, "p_set": 0.5}, r"p_read \+ p_set = 0\.6 \+ 0\.5; expected at most 1"),
     ],

@@ -59,12 +59,23 @@ metric_list:
 """
 
 
-def library_loglikelihood(model: TransformerLM, tokenizer, context: str, continuation: str) -> float:
-    """log p(continuation | context) from the library's own per-token loss."""
+def library_loglikelihood(model: TransformerLM, tokenizer, context: str, continuation: str) -> tuple[float, float]:
+    """log p(continuation | context) from the library's own per-token loss, and the tolerance fp32 arithmetic
+    can promise for another fp32 computation of it (``fp32_sum_tolerance``)."""
     context_ids, ids = tokenizer.encode(context), tokenizer.encode(context + continuation)
     ids = torch.tensor([ids])
-    loss = model(ids[:, :-1], labels=ids[:, 1:])  # (1, S) nats per token
-    return -loss[0, len(context_ids) - 1 :].double().sum().item()
+    loss = model(ids[:, :-1], labels=ids[:, 1:])[0, len(context_ids) - 1 :]  # nats per continuation token
+    return -loss.double().sum().item(), fp32_sum_tolerance(loss.detach())
+
+
+def fp32_sum_tolerance(terms: torch.Tensor) -> float:
+    """How far two fp32 computations of ``terms.sum()`` may lie apart: lm-eval sums n token log-probabilities in
+    fp32, whose rounding error is at most (n - 1) u sum|x_i| (recursive summation; u = 2^-24, half fp32's
+    spacing), and each of its terms comes from another log-softmax than the library's, a few units in the last
+    place apart (below u sum|x_i| in all). So 2 n u sum|x_i|: at a sum of 91.5 over 13 tokens, 1.4e-4. The
+    fixed abs=1e-5 this replaces sat below fp32's spacing at 91.5 (7.6e-6) plus a term's rounding, and failed
+    once by 1.1e-5. A wrong token, mask or offset moves the sum by whole nats."""
+    return 2 * terms.numel() * 2.0**-24 * terms.abs().sum().item()
 
 
 @pytest.mark.slow  # about 13 s of CPU each: lm-eval's import and its index of every built-in task
@@ -107,8 +118,8 @@ def test_lm_eval_cli_scores_and_generates_with_the_library_model(kind, tmp_path)
         for request, response in zip(sample["arguments"].values(), sample["resps"]):
             context, continuation = request["arg_0"], request["arg_1"]
             assert continuation.startswith(" ")  # lm-eval's target delimiter
-            expected = library_loglikelihood(model, tokenizer, context, continuation)
-            assert float(response[0][0]) == pytest.approx(expected, abs=1e-5, rel=0)
+            expected, tolerance = library_loglikelihood(model, tokenizer, context, continuation)
+            assert float(response[0][0]) == pytest.approx(expected, abs=tolerance, rel=0)
     hf = hf_tokenizer("byte")
     for sample in samples("tra_generate"):
         ids = torch.tensor([tokenizer.encode(sample["doc"]["context"])])

@@ -228,7 +228,7 @@ def test_lm_eval_scores_every_token_once_at_every_length_and_window_kind(corpus,
         ],
         capsys,
     )
-    assert code == 0 and len(out.splitlines()) == 3 and (tmp_path / "rows.jsonl").is_file()
+    assert code == 0 and len(out.splitlines()) == 4 and (tmp_path / "rows.jsonl").is_file()  # header, 2 rows, span
 
 
 @pytest.mark.parametrize(
@@ -358,6 +358,9 @@ def test_lm_eval_on_any_text_and_any_saved_form_of_the_model(corpus, tmp_path, c
         ),
         (["--offset", "1900", "--factors", "16"], r"windows of 128 tokens need 129 tokens; the scored text has 100"),
         (["--length", "0"], r"--length = 0; expected a positive number of tokens"),
+        # one rule for --tokens and --offset: the span lies inside the text (--tokens beyond it used to score the
+        # whole text without a word)
+        (["--tokens", "2001"], r"--tokens = 2001; expected at most the text's 2000 tokens \(the scored span must"),
     ],
 )
 def test_bad_lm_eval_spans(corpus, tmp_path, capsys, argv, pattern):
@@ -415,3 +418,15 @@ def test_lm_commands_fail_on_missing_data_before_creating_any_output(corpus, tmp
         )
         assert code == 2 and f"corpus path {missing} does not exist" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "run", "train.txt", "valid.txt"]
+
+
+def test_lm_eval_states_the_span_it_scored(corpus, tmp_path, capsys):
+    train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
+    argv = ["lm", "eval", "--checkpoint", tmp_path / "run", "--text", corpus["validation_text"], "--factors", "1"]
+    for flags, line in (
+        (["--tokens", "300"], "scored tokens 1700..2000 of the text's 2000"),
+        (["--tokens", "100", "--offset", "5"], "scored tokens 5..105 of the text's 2000"),
+        ([], "scored tokens 0..2000 of the text's 2000 (the whole text)"),
+    ):
+        code, out, err = run([*argv, *flags], capsys)
+        assert code == 0 and out.splitlines()[-1] == line, (flags, out, err)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tra_attn.cli import main
@@ -142,3 +144,27 @@ def test_the_committed_scorecard_page_rebuilds_from_the_committed_rows(tmp_path,
     assert main([*argv, "--command", command]) == 0
     capsys.readouterr()
     assert (tmp_path / "page.md").read_text() == committed
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--candidates", "nosuch"], r"--candidates: \['nosuch'\] has no rows in any folder given; expected methods"),
+        (["--candidates", "good", "--baseline", "nosuch"], r"--baseline: \['nosuch'\] has no rows in any folder"),
+        (["--candidates", "good", "good"], r"--candidates: \['good'\] given more than once"),
+        (["--candidates", "fox"], r"--candidates: 'fox' is the --baseline"),
+    ],
+)
+def test_names_without_rows_are_refused_before_any_table(folders, tmp_path, capsys, flags, message):
+    """`--candidates nosuch` (or `--baseline nosuch`) printed a row of n/a and exited 0."""
+    text, flipflop, _ = folders
+    page = tmp_path / "page.md"
+    code = main(["scorecard", *flags, "--text", str(text), "--exact", str(flipflop), "--markdown", str(page)])
+    err = capsys.readouterr().err
+    assert code == 2 and re.fullmatch(rf"tra: error: {message}.*\n", err), err
+    assert not page.exists()
+
+
+def test_a_scorecard_without_folders_is_refused(capsys):
+    assert main(["scorecard", "--candidates", "good"]) == 2
+    assert "scorecard: no folders; expected comparison folders for at least one of --text" in capsys.readouterr().err

@@ -114,7 +114,9 @@ def test_the_checker_sees_a_deferred_import_circle(tmp_path):
 # task or a kind's option (a TRA-specific step in the training loop, a flip-flop branch in evaluation...).
 GENERIC_ROOMS = ["training", "metrics", "utils", "data/task.py", "models", "hf", "cli/train.py", "cli/compare.py"]
 GENERIC_ROOMS += ["experiments/engine.py", "experiments/runs.py", "experiments/tables.py", "experiments/preset.py"]
-NAMED = re.compile(r"\btra_(?!attn\b)\w+|\brope_base\b|\bcope_max_pos\b|\bflipflop\b|\bmqar\b|\bselective_copy\b")
+NAMED = re.compile(
+    r"\btra_(?!attn\b)\w+|\brope_base\b|\bcope_max_pos\b|\bflipflop\b|\bmqar\b|\bselective_copy\b|\bpasskey\b"
+)
 
 
 def migration_lines(source: str) -> set[int]:

@@ -4,6 +4,7 @@ run as a method of a comparison)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from tra_attn.experiments.methods import FAMILIES, METHODS, preset_lr, resolve_m
 from tra_attn.experiments.runs import check_methods
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
+from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
 from tra_attn.utils.rows import read_rows
@@ -113,6 +115,7 @@ def flat_model(model: dict) -> dict:
     model = {k: v for k, v in model.items() if k != "version"}
     options = model.pop("attention_options")
     flat = {k if k == "gate_bias_init" else f"tra_{k}": v for k, v in options.items()}
+    flat = {k: v for k, v in flat.items() if k in LEGACY_OPTIONS}  # the options 0.2 had
     return {**model, **flat, "rope_base": 1e4, "cope_max_pos": 64}
 
 
@@ -316,3 +319,50 @@ def test_a_variant_runs_as_a_method_of_a_comparison(tmp_path):
     page = (out / "results.md").read_text()
     assert re.search(r"\| tra_threshold_m1( †)? \| 0\.003 \| 1 \|", page)
     assert "| tra_threshold_m1 | TRA | threshold -1 instead of 0 | `tra_threshold=-1.0` |" in page
+
+
+def test_the_threshold_shift_acts_in_training_forwards_only():
+    torch.manual_seed(3)
+    config = dict(vocab_size=13, n_layers=1, d_model=32, n_heads=2)
+    shifted = TransformerLM(ModelConfig(**config, attention_options={"threshold_shift": -0.5}))
+    plain = TransformerLM(ModelConfig(**config, attention_options={"threshold": -0.5}))
+    exact = TransformerLM(ModelConfig(**config))
+    plain.load_state_dict(shifted.state_dict()), exact.load_state_dict(shifted.state_dict())
+    ids = torch.randint(0, 13, (2, 19))
+    assert tra_layers(shifted)[0].current_threshold() == -0.5
+    torch.testing.assert_close(shifted(ids), plain.train()(ids), atol=0, rtol=0)
+    torch.testing.assert_close(shifted.eval()(ids), exact.eval()(ids), atol=0, rtol=0)
+
+
+def test_the_keep_penalty_is_a_hinge_on_the_thresholded_heads_scores_outside_the_window():
+    torch.manual_seed(4)
+    options = {"keep_penalty": 0.3, "keep_margin": 0.25, "local_window": 2, "dense_heads": 1}
+    model = TransformerLM(ModelConfig(vocab_size=13, n_layers=1, d_model=32, n_heads=4, attention_options=options))
+    ids = torch.randint(0, 13, (2, 11))
+    model.eval()(ids)
+    assert model.auxiliary_loss() is None  # evaluation: no penalty
+    model.train()(ids)
+    layer = model.blocks[0].attn
+    x = model.blocks[0].norm1(model.embed(ids))
+    q, k = layer.normalize(*(layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj)))
+    scores = (q[:, 1:] @ k[:, 1:].transpose(-1, -2)) / 8**0.5
+    i, j = torch.arange(11)[:, None], torch.arange(11)[None, :]
+    outside = (i - j) >= 2  # causal, beyond the local window of 2
+    expected = 0.3 * torch.relu(scores + 0.25)[..., outside].mean()
+    torch.testing.assert_close(model.auxiliary_loss(), expected)
+    model.auxiliary_loss().backward()
+    assert layer.q_proj.weight.grad.abs().sum() > 0
+    plain = TransformerLM(ModelConfig(vocab_size=13, n_layers=1, d_model=32, n_heads=4)).train()
+    plain(ids)
+    assert plain.auxiliary_loss() is None
+
+
+def test_a_run_with_the_keep_penalty_trains_and_logs_the_task_loss(tmp_path):
+    config = tiny(steps=3, checkpoint_every=3)
+    model = dataclasses.replace(config.model, attention_options={"keep_penalty": 1.0, "threshold_shift": 0.1})
+    train(dataclasses.replace(config, model=model), tmp_path / "penalised", progress=False)
+    train(config, tmp_path / "plain", progress=False)
+    penalised, plain = weights(tmp_path / "penalised"), weights(tmp_path / "plain")
+    assert any(not torch.equal(penalised[name], plain[name]) for name in plain)
+    logged = [json.loads(line) for line in (tmp_path / "penalised" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(row["loss"]) for row in logged if "loss" in row)

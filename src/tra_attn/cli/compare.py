@@ -9,16 +9,39 @@ import shlex
 from pathlib import Path
 
 from ..experiments.engine import run_comparison
-from ..experiments.methods import METHODS, family_patterns
+from ..experiments.methods import METHODS, family_patterns, resolve_method
 from ..experiments.registry import experiments
 from ..experiments.scorecard import scorecard, scorecard_page
 from ..experiments.suite import run_suite, suite_tasks
 from ..utils.atomic import atomic_write_text
 from ..utils.cli_help import HelpFormatter
 from ..utils.rows import read_rows
+from .args import finite_float, registered
 from .train import parse_seed
 
 RESUMABLE = "Resumable: finished runs are skipped, unfinished ones continue."
+
+
+def method_name(text: str) -> str:
+    """An argparse type: a method (a row of the table, a registered kind or a member of a family), else an
+    error listing the names and families."""
+    try:
+        resolve_method(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"unknown method {text!r}; {str(err).split('; ', 1)[1]}") from None
+    return text
+
+
+def _is_method(text: str) -> bool:
+    """Whether ``text`` names a method (for tests that generate names no method has)."""
+    try:
+        method_name(text)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
+method_name.accepts = _is_method
 
 
 def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods: str, lrs: str, out: str) -> None:
@@ -28,6 +51,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument(
         "--methods",
         nargs="+",
+        type=method_name,
         help="attention kinds, named variants ("
         + ", ".join(m for m, row in METHODS.items() if row.is_variant)
         + ") or members of a family ("
@@ -38,7 +62,7 @@ def add_comparison_flags(parser: argparse.ArgumentParser, presets: str, methods:
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     parser.add_argument(
         "--lrs",
-        type=float,
+        type=finite_float,
         nargs="+",
         help=f"learning rates to sweep; each method keeps the best on validation data (default: {lrs})",
     )
@@ -58,7 +82,7 @@ def add_fit_flag(parser: argparse.ArgumentParser) -> None:
     """Train-to-fit, for comparisons on tasks scored per sequence."""
     parser.add_argument(
         "--fit-accuracy",
-        type=float,
+        type=finite_float,
         help="train to fit: stop a run at the first validation whose full-sequence accuracy reaches this, with "
         "--steps as the cap; 0 trains every step (default: the preset's)",
     )
@@ -143,7 +167,12 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
     )
     cp.add_argument("task", nargs="?", metavar="TASK", help=f"the task, one of {', '.join(found)} (default: none)")
     cp.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
-    cp.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    cp.add_argument(
+        "--tasks",
+        nargs="+",
+        type=registered(suite_tasks, "suite task"),
+        help="with --suite: these tasks only (default: every suite task)",
+    )
     every = "; ".join(f"{name}: {', '.join(e.presets)}" for name, e in found.items())
     add_comparison_flags(
         cp,
@@ -169,7 +198,12 @@ def add_compare_commands(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--task", help=f"the task, one of {', '.join(found)} (default: none; or --suite)")
     bench.add_argument("--suite", action="store_true", help=f"every suite task in turn: {suite}")
-    bench.add_argument("--tasks", nargs="+", help="with --suite: these tasks only (default: every suite task)")
+    bench.add_argument(
+        "--tasks",
+        nargs="+",
+        type=registered(suite_tasks, "suite task"),
+        help="with --suite: these tasks only (default: every suite task)",
+    )
     add_comparison_flags(
         bench,
         described(found[suite_tasks()[0]].presets),
@@ -263,8 +297,12 @@ def add_scorecard_command(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("--exact", **folders, help="folders whose every test split must be exact in every seed")
     sc.add_argument("--exact-longest", **folders, help="folders that must be exact at their longest length")
     sc.add_argument("--fits", **folders, help="folders of runs trained to fit: fitted in as many seeds as the baseline")
-    sc.add_argument("--text-tolerance", type=float, default=0.005, help="relative bits-per-byte gap allowed at 1x")
-    sc.add_argument("--long-tolerance", type=float, default=0.0, help="relative gap allowed at the longest length")
+    sc.add_argument(
+        "--text-tolerance", type=finite_float, default=0.005, help="relative bits-per-byte gap allowed at 1x"
+    )
+    sc.add_argument(
+        "--long-tolerance", type=finite_float, default=0.0, help="relative gap allowed at the longest length"
+    )
     sc.add_argument("--notes", type=Path, help="Markdown appended as the discussion (default: none)")
     sc.add_argument("--markdown", type=Path, help="write the page here (default: print only)")
     sc.add_argument("--command", help="the command shown on the page (default: this one)")

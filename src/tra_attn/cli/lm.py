@@ -9,6 +9,7 @@ from pathlib import Path
 from ..experiments.registry import experiments
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
+from .args import finite_float
 from .compare import add_comparison_flags, compare, described
 from .train import add_train_flags, check_output_file, parse_seed
 from .train import cmd_train as train_command
@@ -37,6 +38,7 @@ def run_lm_eval(evaluation, out: Path | None) -> None:
         with writing("result rows", out):
             write_rows(out, rows)
     print_table(rows)
+    print(evaluation.span_line())
 
 
 def cmd_eval(args) -> None:
@@ -141,7 +143,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     )
     sp.add_argument("--prompt", required=True, help="text to continue (required)")
     sp.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate")
-    sp.add_argument("--temperature", type=float, default=0.8, help="0 decodes greedily")
+    sp.add_argument("--temperature", type=finite_float, default=0.8, help="0 decodes greedily")
     sp.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0 keeps them all")
     sp.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same text")
     sp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -173,7 +175,12 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         "--factors", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="window lengths, x training length"
     )
     ev.add_argument("--stride", type=int, help="also evaluate sliding windows with this stride (default: none)")
-    ev.add_argument("--tokens", type=int, help="score N tokens, the same at every length (default: all of the text)")
+    ev.add_argument(
+        "--tokens",
+        type=int,
+        help="score N tokens, the same at every length; the span must lie inside the text, and the output states "
+        "it (default: all of the text)",
+    )
     ev.add_argument(
         "--offset", type=int, help="the scored tokens start at this token (default: the last --tokens of the text)"
     )

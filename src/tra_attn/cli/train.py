@@ -8,26 +8,29 @@ import json
 import os
 from pathlib import Path
 
-from ..data import TASKS, absolute_task_args, make_task
+from ..data import TASKS, absolute_task_args, check_scored, make_task
 from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
 from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
+from ..utils.memory import check_memory
 from ..utils.os_errors import writing
+from .args import finite_float
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_flag(group, name: str, default, help_text: str, dest: str | None = None) -> None:
-    """A flag that is None unless given: a switch pair for a bool, else a value of the default's type."""
+def _add_flag(group, name: str, default, help_text: str, dest: str | None = None, finite: bool = True) -> None:
+    """A flag that is None unless given: a switch pair for a bool, else a value of the default's type (a float
+    finite unless ``finite`` is false)."""
     dest = {"dest": dest} if dest else {}
     if isinstance(default, bool):
         group.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text, **dest)
     else:
-        kind = parse_seed if name == "seed" else type(default)
+        kind = parse_seed if name == "seed" else (value_type(default) if finite else type(default))
         group.add_argument(
             _flag(name), type=kind, default=None, metavar=type(default).__name__.upper(), help=help_text, **dest
         )
@@ -59,7 +62,9 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     )
     for qualified, (_, _, f, kinds) in option_flags().items():
         help_text = f"{', '.join(kinds)}: {f.metadata.get('help', '')} (default: {f.default})"
-        _add_flag(group, qualified, f.default, help_text, dest=f"option_{qualified}")
+        check = f.metadata.get("check")
+        infinite = isinstance(f.default, float) and check is not None and check(float("inf")) is None
+        _add_flag(group, qualified, f.default, help_text, dest=f"option_{qualified}", finite=not infinite)
 
 
 def _attention_options(args, model: dict) -> dict:
@@ -79,6 +84,11 @@ def _attention_options(args, model: dict) -> dict:
             )
         options[name] = value
     return options
+
+
+def value_type(default):
+    """The argparse type of a field with this default: its type, a float only if finite."""
+    return finite_float if isinstance(default, float) else type(default)
 
 
 def parse_seed(text: str) -> int:
@@ -156,8 +166,14 @@ def cmd_data(args) -> None:
         raise ValueError(f"--num = {args.num}; expected a positive number of sequences")
     task_cls = TASKS[args.task]
     task = make_task(args.task, **{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls)})
+    task.check_length(args.length)
+    check_memory(
+        args.num * args.length * task.memory_per_token,
+        f"tra data {args.task}: {args.num} sequences (--num) of {args.length} tokens (--length)",
+        "fewer sequences or shorter ones (or several files, with different --seed)",
+    )
     check_output_file(args.out, "--out")
-    batch = task.sample(args.num, args.length, args.seed)
+    batch = check_scored(task.sample(args.num, args.length, args.seed), f"tra data {args.task}")
     with writing("sequences", args.out):
         task.write_text(args.out, batch)
     print(json.dumps({"out": str(args.out), **task.statistics(batch)}))
@@ -185,7 +201,8 @@ def add_data_command(sub) -> None:
                     _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata.get("help")
                 )
             else:
-                p.add_argument(_flag(f.name), type=type(f.default), default=f.default, help=f.metadata.get("help"))
+                kind = f.metadata.get("type") or value_type(f.default)  # a field that defaults to None names its type
+                p.add_argument(_flag(f.name), type=kind, default=f.default, help=f.metadata.get("help"))
         p.add_argument("--length", type=int, default=512, help="tokens per sequence")
         p.add_argument("--num", type=int, default=1000, help="number of sequences")
         p.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same sequences")

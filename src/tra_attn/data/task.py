@@ -50,6 +50,11 @@ class Task:
     name: ClassVar[str]
     vocab_size: ClassVar[int]
     has_text_format: ClassVar[bool] = True  # one sequence per line of text (``tra data``, ``tra eval --data``)
+    # Whether the task's metrics hold a full-sequence accuracy (``full_seq_acc``), which training to fit reads.
+    scored_per_sequence: ClassVar[bool] = True
+    # Peak bytes per token of ``sample`` and ``write_text`` together: the ids, the mask and the generator's
+    # intermediates (measured: 13-49 bytes on the procedural tasks, as max RSS over 2M tokens), rounded up.
+    memory_per_token: ClassVar[int] = 64
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
@@ -141,6 +146,19 @@ class Task:
             tokens = torch.stack(by_length[length])
             batches.append(TaskBatch(tokens, self.loss_mask(tokens)))
         return batches
+
+
+def check_scored(batch: TaskBatch, what: str) -> TaskBatch:
+    """``batch``, or a ValueError naming ``what`` if none of its tokens is scored: such data train nothing (a loss
+    of 0 over no tokens) and score NaN, so every path that hands a batch to a file, a training run or an evaluation
+    refuses it first. (A sequence without a scored token among others is fine: metrics leave it out.)"""
+    if not bool(batch.loss_mask.any()):
+        n, length = batch.tokens.shape
+        raise ValueError(
+            f"{what}: the {n} sequence{'s' if n != 1 else ''} of {length} tokens hold no scored token; expected "
+            "data with something to score (change the task's parameters or the length)"
+        )
+    return batch
 
 
 def split_sequences(sequences: int, train_length: int, length: int) -> int:

@@ -32,7 +32,7 @@ from ..utils.rows import read_rows, write_rows
 from .experiment import Experiment
 from .methods import resolve_method
 from .preset import Preset
-from .runs import DIVERGED, check_methods, check_run_arguments, run_dir, write_selection
+from .runs import DIVERGED, check_distinct, check_methods, check_run_arguments, run_dir, write_selection
 
 
 def run_config(
@@ -123,7 +123,7 @@ def check_comparison(experiment: Experiment, preset_name: str, methods, seeds, s
     check_run_arguments(seeds, steps, lrs)
     if sweep_seeds is not None and not (lrs and len(lrs) > 1):
         raise ValueError("--sweep-seeds sets the seeds of a learning-rate sweep; expected --lrs with 2 or more rates")
-    sweep_seeds = list(seeds if sweep_seeds is None else sweep_seeds)
+    sweep_seeds = check_distinct(seeds if sweep_seeds is None else sweep_seeds, "--sweep-seeds")
     if not sweep_seeds or not set(sweep_seeds) <= set(seeds):
         raise ValueError(f"--sweep-seeds = {sweep_seeds}; expected some of the seeds {seeds}")
     return preset, methods, seeds, sweep_seeds

@@ -219,6 +219,12 @@ for _row in (
     Method("alibi", "alibi", "ALiBi", "#2ca02c"),
     Method("fox", "fox", "FoX", "#ff7f0e"),
     Method("cope", "cope", "CoPE", "#9467bd"),
+    Method("t5", "t5", "T5 bias", "#bcbd22"),
+    Method("fire", "fire", "FIRE", "#e7ba52"),
+    Method("kerple", "kerple", "KERPLE", "#393b79"),
+    Method("stickbreaking", "stickbreaking", "stick-breaking", "#8c6d31"),
+    Method("ssmax", "ssmax", "SSMax", "#637939"),
+    Method("asentmax", "asentmax", "ASEntmax", "#17becf"),
     # Named variants whose wording pages already show (a family below covers the other values).
     Method("fox_paperblock", "fox", description="FoX in the authors' block (x = norm(x); x = x + f(x))",
            model={"block_style": "paper"}),
@@ -235,6 +241,8 @@ for _row in (
     Method("tra_surrogate1", "tra", description="tra_surrogate0.5 at temperature 1", options={"keep_surrogate": 1.0}),
     Method("tra_temperature", "tra", description="a learned per-head factor on the scores, initialised to 1",
            options={"learned_temperature": True}),
+    Method("entmax", "asentmax", "1.5-entmax", "#9edae5", options={"scaling": "none"},
+           description="alpha-entmax (alpha 1.5) without ASEntmax's length scaling: a fixed temperature"),
     Method("tra_warmup", "tra", description="threshold warm-up: every key kept at first, rising in 4 stages to the "
            "exact threshold 0 at step 150", options={"threshold_warmup": 150}),
 ):  # fmt: skip
@@ -262,6 +270,21 @@ for _family in (
                  options=lambda w, tau: {"local_window": w, "keep_surrogate": tau},
                  description=lambda w, tau: f"tra_local{w} trained with the keep surrogate of temperature {tau:g} "
                  "(the two mechanisms together)"),
+    # The fixes of issue 30 on top of tra_local{w}_surrogate{tau}: varied training lengths, a keep penalty, and
+    # a shifted training threshold.
+    MethodFamily("tra_local{w}_surrogate{tau}_spread{s}", "tra", {"w": int, "tau": float, "s": float},
+                 options=lambda w, tau, s: {"local_window": w, "keep_surrogate": tau},
+                 train=lambda w, tau, s: {"length_spread": s},
+                 description=lambda w, tau, s: f"tra_local{w}_surrogate{format_value(tau)} trained on packed "
+                 f"documents of lengths in [{1 - s:g}, 1] x the training length"),
+    MethodFamily("tra_local{w}_surrogate{tau}_penalty{p}", "tra", {"w": int, "tau": float, "p": float},
+                 options=lambda w, tau, p: {"local_window": w, "keep_surrogate": tau, "keep_penalty": p},
+                 description=lambda w, tau, p: f"tra_local{w}_surrogate{format_value(tau)} with a keep penalty of "
+                 f"weight {p:g} (margin 0.5 below the threshold)"),
+    MethodFamily("tra_local{w}_surrogate{tau}_shift{t}", "tra", {"w": int, "tau": float, "t": float},
+                 options=lambda w, tau, t: {"local_window": w, "keep_surrogate": tau, "threshold_shift": t},
+                 description=lambda w, tau, t: f"tra_local{w}_surrogate{format_value(tau)} trained with the "
+                 f"threshold shifted by {t:g}"),
     MethodFamily("tra_surrogate{tau}", "tra", {"tau": float}, options=lambda tau: {"keep_surrogate": tau},
                  description=lambda tau: f"a sigmoid straight-through gradient for the keep decision at temperature "
                  f"{tau:g} in training (keys near the threshold get gradient); the forward pass stays exact"),
@@ -269,6 +292,16 @@ for _family in (
                  description=lambda t: f"threshold {t:g} instead of 0"),
 ):  # fmt: skip
     register_family(_family)
+
+
+def _random_positions(n: int) -> str:
+    return (f"training positions: a sorted random subset of [0, {n}) per row, the same in every layer (randomized "
+            "positional encodings); evaluation at 0, 1, ...")  # fmt: skip
+
+
+for _kind in ("rope", "alibi", "t5", "fire", "kerple"):
+    register_family(MethodFamily(f"{_kind}_random{{n}}", _kind, {"n": int}, options=lambda n: {"random_positions": n},
+                                 description=_random_positions))  # fmt: skip
 
 ALIASES.update({"tra_surrogate0.5": "tra_surrogate0p5", "tra_threshold-0.5": "tra_threshold_m0p5",
                 "tra_threshold-1": "tra_threshold_m1"})  # fmt: skip

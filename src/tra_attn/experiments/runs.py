@@ -14,7 +14,8 @@ DIVERGED = "diverged"  # the metric of a run whose training diverged: the step (
 
 
 def check_methods(methods) -> list[str]:
-    """``methods`` as a list, or a ValueError naming those that are not methods (experiments/methods.py)."""
+    """``methods`` as a list, or a ValueError naming those that are not methods (experiments/methods.py) or that
+    are given twice."""
     unknown = []
     for method in methods:
         try:
@@ -26,7 +27,17 @@ def check_methods(methods) -> list[str]:
             f"--methods: unknown method(s) {unknown}; expected names from {method_names()} or members of the "
             f"families {family_patterns()}"
         )
-    return list(methods)
+    return check_distinct(methods, "--methods")
+
+
+def check_distinct(values, flag: str) -> list:
+    """``values`` as a list, or a ValueError naming ``flag`` and the values given more than once: a repeated
+    method, seed, rate or task would run once and write its rows twice."""
+    values = list(values)
+    repeated = [v for i, v in enumerate(values) if v in values[:i]]
+    if repeated:
+        raise ValueError(f"{flag}: {sorted(set(repeated), key=values.index)} given more than once; expected each once")
+    return values
 
 
 def run_dir(out: Path, method: str, lr: float, seed: int) -> Path:
@@ -38,6 +49,8 @@ def check_run_arguments(seeds: list[int], steps: int | None, lrs: list[float] | 
     """The seeds, step override and learning-rate sweep of an experiment, or a ValueError naming the flag."""
     if not seeds:
         raise ValueError("--seeds: expected at least one seed")
+    check_distinct(seeds, "--seeds")
+    check_distinct(lrs or [], "--lrs")
     if steps is not None and steps <= 0:
         raise ValueError(f"--steps = {steps}; expected a positive integer")
     if lrs is not None and not all(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0 for lr in lrs):

@@ -119,6 +119,35 @@ def by_comparison(folders) -> dict[str, list[Path]]:
     return grouped
 
 
+def check_names(candidates: list[str], baseline: str, bars: dict[str, list]) -> None:
+    """A ValueError naming the flag, before any table is built, unless some bar has folders, ``candidates`` are
+    distinct and not the baseline, and every name has rows in at least one folder (its registry: the methods the
+    comparisons ran). A name with no rows anywhere was a row of "n/a" and exit 0."""
+    if not any(bars.values()):
+        raise ValueError(f"scorecard: no folders; expected comparison folders for at least one of {', '.join(bars)}")
+    repeated = sorted({name for name in candidates if candidates.count(name) > 1})
+    if repeated:
+        raise ValueError(f"--candidates: {repeated} given more than once; expected each method once")
+    if baseline in candidates:
+        raise ValueError(f"--candidates: {baseline!r} is the --baseline; expected methods to check against it")
+    known: dict[str, None] = {}
+    for folders in bars.values():
+        for folder in folders:
+            rows = read_rows(Path(folder) / "results.jsonl")
+            if not rows:
+                raise ValueError(
+                    f"{Path(folder) / 'results.jsonl'} is missing or empty; expected the rows of a comparison"
+                )
+            known.update(dict.fromkeys(r["method"] for r in rows))
+    for flag, names in (("--baseline", [baseline]), ("--candidates", candidates)):
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(
+                f"{flag}: {unknown} {'has' if len(unknown) == 1 else 'have'} no rows in any folder given; expected "
+                f"methods of those comparisons: {sorted(known)}"
+            )
+
+
 def scorecard(
     candidates: list[str],
     baseline: str,
@@ -136,6 +165,9 @@ def scorecard(
     the baseline's), ``exact`` (every test split exact in every seed), ``exact_longest`` (exact at the
     longest length in every seed), ``fits`` (fitted in at least as many seeds as the baseline).
     """
+    check_names(
+        candidates, baseline, {"--text": text, "--exact": exact, "--exact-longest": exact_longest, "--fits": fits}
+    )
     methods = [baseline, *candidates]
     columns, checks = [], []  # checks[i](method) -> (cell, passed; None: no rows)
     sources: dict[str, dict[str, Path]] = {}

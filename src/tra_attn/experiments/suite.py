@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.rows import read_rows, write_rows
-from .engine import run_comparison
+from .engine import check_comparison, run_comparison
 from .registry import experiments
+from .runs import check_distinct
 
 
 def suite_tasks() -> list[str]:
@@ -22,7 +23,7 @@ def check_tasks(tasks) -> list[str]:
     unknown = [t for t in tasks if t not in suite_tasks()]
     if unknown:
         raise ValueError(f"--tasks: unknown task(s) {unknown}; expected names from {sorted(suite_tasks())}")
-    return tasks
+    return check_distinct(tasks, "--tasks")
 
 
 def run_suite(preset_name: str = "cpu", tasks=None, out: str | Path | None = None, command: str = "", **kwargs) -> Path:
@@ -34,6 +35,8 @@ def run_suite(preset_name: str = "cpu", tasks=None, out: str | Path | None = Non
     for task in tasks:
         if preset_name not in found[task].presets:
             raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(found[task].presets)} for {task}")
+        arguments = ("methods", "seeds", "steps", "lrs", "sweep_seeds", "fit_accuracy")
+        check_comparison(found[task], preset_name, *(kwargs.get(name) for name in arguments))  # before any folder
     out = make_directory(out or f"runs/suite_{preset_name}", "--out")
     for task in tasks:
         run_comparison(found[task], preset_name, out=out / task, command=command, **kwargs)

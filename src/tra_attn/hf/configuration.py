@@ -14,6 +14,7 @@ from transformers import PreTrainedConfig
 
 from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options
 from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
+from .tokenization import special_token_ids
 
 
 def _fields_of_model_config() -> dict:
@@ -52,5 +53,7 @@ class TRAConfig(PreTrainedConfig):
 
     @classmethod
     def from_model_config(cls, config: ModelConfig, **kwargs) -> TRAConfig:
-        """A TRAConfig with ``config``'s fields; ``kwargs`` set Hugging Face fields (e.g. eos_token_id)."""
-        return cls(**dataclasses.asdict(config), **kwargs)
+        """A TRAConfig with ``config``'s fields and the special token ids of its tokenizer (``special_token_ids``:
+        those of the Hugging Face tokenizer, which clients read from the config); ``kwargs`` set Hugging Face
+        fields (e.g. eos_token_id), over those."""
+        return cls(**dataclasses.asdict(config), **{**special_token_ids(config.tokenizer), **kwargs})

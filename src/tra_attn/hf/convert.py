@@ -19,7 +19,6 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from ..data.text.tokenizers import GPT2_ENDOFTEXT_ID
 from ..models import WEIGHTS_NAME, TransformerLM
 from ..models.io import check_finite
 from ..training.checkpoint import resolve_checkpoint
@@ -47,10 +46,7 @@ def to_hf(source: str | os.PathLike, out: str | os.PathLike) -> Path:
     """
     model = TransformerLM.from_pretrained(resolve_checkpoint(source))
     config = model.config
-    special = {}
-    if config.tokenizer and config.tokenizer["name"] == "gpt2":
-        special = {"bos_token_id": GPT2_ENDOFTEXT_ID, "eos_token_id": GPT2_ENDOFTEXT_ID}
-    hf_model = TRAForCausalLM(TRAConfig.from_model_config(config, auto_map=_auto_map("config"), **special))
+    hf_model = TRAForCausalLM(TRAConfig.from_model_config(config, auto_map=_auto_map("config")))  # + special ids
     hf_model.model.load_state_dict(model.state_dict(), strict=True)
 
     def write(tmp: Path) -> None:

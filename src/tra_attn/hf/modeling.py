@@ -10,6 +10,10 @@ model) compute, row by row, what each sequence computes alone; the cache keeps t
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
@@ -18,6 +22,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from ..layers import KVCache
 from ..layers.alibi import ALiBiAttention
 from ..models import IGNORE_INDEX, TransformerLM
+from ..models.io import WEIGHTS_NAME, check_weights, read_config, stored_specs
 from ..models.loss import outside_documents, token_cross_entropy
 from ..ops.alibi import alibi_slopes
 from .configuration import TRAConfig
@@ -46,6 +51,14 @@ class TRAPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["Block"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loader, after checking a local folder's stored tensors against its config's model
+        (``check_stored_weights``): transformers casts integer tensors to float and fills missing ones with random
+        values, with no error."""
+        check_stored_weights(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module) -> None:
@@ -81,14 +94,30 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None, **kwargs):
         """Only the tokens the cache has not seen yet; the rest of the state lives in the cache (segment ids of
-        a padded prompt included). ``position_ids`` are not passed on: positions come from the mask."""
+        a padded prompt included). ``position_ids`` are not passed on: positions come from the mask.
+
+        A prompt padded on the right is refused (``check_left_padding``); after the prompt, the pad id fed to
+        rows that have finished is replaced by an id the model can embed (``fill_finished_rows``)."""
         if kwargs.get("inputs_embeds") is not None:
             raise ValueError("TRAForCausalLM.generate: inputs_embeds is not supported; expected input_ids")
+        past = 0 if cache is None else cache.get_seq_length()
+        prompt = kwargs.get("is_first_iteration") or (cache is not None and not past)
+        if prompt or cache is None:  # only the prompt can end in padding (generate appends 1s to the mask)
+            check_left_padding(attention_mask)
+        if not prompt:
+            input_ids = self.fill_finished_rows(input_ids)
         if cache is not None:
-            input_ids = input_ids[:, cache.get_seq_length() :]
+            input_ids = input_ids[:, past:]
         inputs = {"input_ids": input_ids, "cache": cache, "attention_mask": attention_mask}
         inputs.update(use_cache=kwargs.get("use_cache"), logits_to_keep=kwargs.get("logits_to_keep"))
         return inputs
+
+    def fill_finished_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` with every id outside the vocabulary replaced by 0. After the prompt, such an id can only be
+        the pad id ``generate`` feeds a row that has finished (the byte tokenizer's pad, 256, is outside the
+        vocabulary so that the model never emits it): that row's outputs are discarded, but it must embed."""
+        outside = (input_ids < 0) | (input_ids >= self.config.vocab_size)
+        return input_ids.masked_fill(outside, 0)
 
     def forward(
         self,
@@ -147,3 +176,48 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
             return attention_mask[:, past:]
         expected = f"(B, S) = ({b}, {s})" + (f" or, with the cache, (B, past + S) = ({b}, {past + s})" if past else "")
         raise ValueError(f"TRAForCausalLM: attention_mask.shape = {tuple(attention_mask.shape)}; expected {expected}")
+
+
+def check_left_padding(attention_mask) -> None:
+    """Refuse a prompt whose last column is padding, as ``TransformerLM.generate`` does: ``generate`` appends
+    each new token after the last column and reads its logits there, so a right-padded row would continue
+    from its padding (``transformers`` only logs a warning and decodes wrong tokens)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        return  # none, or one the model names what is wrong with
+    right = (attention_mask[:, -1] == 0).nonzero().flatten().tolist()
+    if right:
+        raise ValueError(
+            f"TRAForCausalLM.generate: attention_mask[{right[0]}, -1] = 0; expected left padding (new tokens follow "
+            "the last token of each row: pad prompts on the left, tokenizer.padding_side = 'left')"
+        )
+
+
+def check_stored_weights(folder) -> None:
+    """A ValueError unless the safetensors files of a local Hugging Face folder hold exactly the tensors of its
+    config's model (names, shapes, dtypes: ``models.io.check_weights``), read from the files' headers; nothing
+    to check for a hub name, no name (weights given as ``state_dict``) or a folder without safetensors weights."""
+    if not isinstance(folder, (str, os.PathLike)):
+        return
+    folder = Path(folder)
+    index = folder / f"{WEIGHTS_NAME}.index.json"
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"from_pretrained: {index} is not a safetensors index ({err})") from None
+    elif (folder / WEIGHTS_NAME).is_file():
+        files = [WEIGHTS_NAME]
+    else:
+        return
+    config, _ = read_config(folder)
+    with torch.device("meta"):  # shapes and dtypes, no memory
+        expected = TransformerLM(config).state_dict()
+    prefix = f"{TRAPreTrainedModel.base_model_prefix}."
+    stored = {}
+    for name in files:
+        try:
+            stored.update(stored_specs(folder / name))
+        except Exception as err:  # safetensors' own errors for a truncated or foreign file
+            raise ValueError(f"from_pretrained: {folder / name} is not a safetensors file ({err})") from None
+    where = f"from_pretrained: {folder}"
+    check_weights(stored, {prefix + name: tensor for name, tensor in expected.items()}, where)

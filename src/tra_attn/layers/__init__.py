@@ -3,11 +3,14 @@
 The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then the baselines.
 """
 
-from .alibi import ALiBiAttention
+from .alibi import ALiBiAttention, ALiBiOptions
+from .asentmax import ASEntmaxAttention, ASEntmaxOptions
 from .base import Attention
 from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
+from .fire import FIREAttention, FIREOptions
 from .fox import FoXAttention, FoXOptions
+from .kerple import KERPLEAttention, KERPLEOptions
 from .nope import NoPEAttention
 from .options import KindOptions, NoOptions, option
 from .registry import (
@@ -19,6 +22,9 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .ssmax import SSMaxAttention, SSMaxOptions
+from .stickbreaking import StickBreakingAttention, StickBreakingOptions
+from .t5 import T5Attention, T5Options
 from .tra import TRAAttention, TRAOptions
 from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
@@ -31,16 +37,29 @@ register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
+register_attention(AttentionKind("t5", T5Attention))
+register_attention(AttentionKind("fire", FIREAttention))
+register_attention(AttentionKind("kerple", KERPLEAttention))
+register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
+register_attention(AttentionKind("ssmax", SSMaxAttention))
+register_attention(AttentionKind("asentmax", ASEntmaxAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
     "ALiBiAttention",
+    "ALiBiOptions",
+    "ASEntmaxAttention",
+    "ASEntmaxOptions",
     "Attention",
     "AttentionKind",
     "CoPEAttention",
     "CoPEOptions",
+    "FIREAttention",
+    "FIREOptions",
     "FoXAttention",
     "FoXOptions",
+    "KERPLEAttention",
+    "KERPLEOptions",
     "KVCache",
     "KindOptions",
     "LayerCache",
@@ -48,6 +67,12 @@ __all__ = [
     "NoPEAttention",
     "RoPEAttention",
     "RoPEOptions",
+    "SSMaxAttention",
+    "SSMaxOptions",
+    "StickBreakingAttention",
+    "StickBreakingOptions",
+    "T5Attention",
+    "T5Options",
     "TRAAttention",
     "TRAKeyGateAttention",
     "TRANoDistanceAttention",

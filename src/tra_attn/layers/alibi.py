@@ -4,19 +4,35 @@
 
 with the standard fixed geometric slopes m_h (not learned). Runs on PyTorch SDPA with a float bias. In a
 packed or padded batch, i and j are positions in the document (left padding shifts nothing).
+``random_positions`` N > 0: training forwards use the model's random positions in [0, N) (ops/positions.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ops.alibi import alibi_attention, alibi_slopes
 from .base import Attention
+from .options import KindOptions, random_positions_option
+
+
+@dataclass(frozen=True)
+class ALiBiOptions(KindOptions):
+    prefix = "alibi"
+    random_positions: int = random_positions_option()
 
 
 class ALiBiAttention(Attention):
+    Options = ALiBiOptions
+
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def attend(self, x, q, k, v, cache, segment_ids=None):
+    def position_range(self) -> int:
+        return self.options.random_positions
+
+    def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
-        return alibi_attention(q, k, v, self.slopes, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)
+        slopes, dropout = self.slopes, self.logit_dropout()
+        return alibi_attention(q, k, v, slopes, logit_dropout=dropout, segment_ids=segment_ids, positions=positions)

@@ -42,6 +42,9 @@ class Attention(nn.Module):
     own document, and positions count from that document's start (docs/padding_and_packing.md). None: one
     document per row, no padding (the fast path). A kind whose ``attend(x, q, k, v, cache)`` takes no
     ``segment_ids`` still runs every batch without them, and refuses packed or padded ones clearly.
+    A position-based kind may also take ``positions`` (B, Sk) int64, the position of every key (queries: the last
+    S), which the model passes in training forwards when ``position_range`` asks for random positions; a kind
+    whose ``attend`` takes no ``positions`` never receives them.
     """
 
     Options: ClassVar[type[KindOptions]] = NoOptions
@@ -78,6 +81,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(d_model, d_model, bias=True)
         self.attention_dropout = attention_dropout
         self.takes_segment_ids = "segment_ids" in inspect.signature(self.attend).parameters
+        self.auxiliary_loss: torch.Tensor | None = None  # a training-only loss term a kind may set in its forward
+        self.takes_positions = "positions" in inspect.signature(self.attend).parameters
 
     def logit_dropout(self) -> float:
         """Dropout probability on the pre-softmax logits: ``attention_dropout`` in training, else 0."""
@@ -88,10 +93,16 @@ class Attention(nn.Module):
         return x.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
 
     def forward(
-        self, x: torch.Tensor, cache: LayerCache | None = None, segment_ids: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        cache: LayerCache | None = None,
+        segment_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         q, k, v = (self.split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        if segment_ids is None:
+        if positions is not None and self.takes_positions:
+            out = self.attend(x, q, k, v, cache, segment_ids=segment_ids, positions=positions)
+        elif segment_ids is None:
             out = self.attend(x, q, k, v, cache)
         elif self.takes_segment_ids:
             out = self.attend(x, q, k, v, cache, segment_ids)
@@ -117,6 +128,12 @@ class Attention(nn.Module):
         if cache is None:
             return k, v, extras
         return cache.update(k, v, **extras)
+
+    def position_range(self) -> int:
+        """N > 0 asks the model for training positions drawn as a sorted random subset of [0, N), the same in every
+        layer of a forward (randomized positional encodings; ``attend`` then receives ``positions``); 0, the
+        default: plain positions."""
+        return 0
 
     def post_init(self) -> None:
         """Initialise parameters that the model's generic initialisation should not set (from the options)."""

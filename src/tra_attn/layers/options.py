@@ -151,3 +151,14 @@ class KindOptions:
 @dataclass(frozen=True)
 class NoOptions(KindOptions):
     """The options of a kind that has none (NoPE, ALiBi)."""
+
+
+def random_positions_option() -> Any:
+    """The option ``random_positions`` shared by the position-based kinds (their layers return it from
+    ``position_range``): randomized positional encodings in training (ops/positions.py)."""
+    return option(
+        0,
+        "training only: positions are a sorted random subset of [0, N), drawn once per forward for every layer "
+        "(randomized positional encodings, Ruoss et al. 2023); evaluation uses 0, 1, ...; 0: off",
+        non_negative_int,
+    )

@@ -5,6 +5,7 @@
 
 Keys are cached after rotation. Runs on PyTorch SDPA. In a packed or padded batch each row's positions
 count from its document's first real token (left padding shifts nothing), as if the document ran alone.
+``random_positions`` N > 0: training forwards rotate by the model's random positions in [0, N) (ops/positions.py).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from ..ops.causal import causal_sdpa
 from ..ops.masks import document_positions
 from ..ops.rope import apply_rope, rope_angles
 from .base import Attention
-from .options import KindOptions, option, positive
+from .options import KindOptions, option, positive, random_positions_option
 
 
 @dataclass(frozen=True)
 class RoPEOptions(KindOptions):
     prefix = "rope"
     base: float = option(10000.0, "RoPE frequency base", positive)
+    random_positions: int = random_positions_option()
 
 
 class RoPEAttention(Attention):
@@ -41,9 +43,14 @@ class RoPEAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.base = self.options.base
 
-    def attend(self, x, q, k, v, cache, segment_ids=None):
+    def position_range(self) -> int:
+        return self.options.random_positions
+
+    def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         s = q.shape[-2]
-        if segment_ids is None:
+        if positions is not None:  # given (training with random positions): per row
+            cos, sin = rope_angles(positions[:, None, -s:], self.head_dim, self.base)
+        elif segment_ids is None:
             start = self.past_length(cache)
             cos, sin = rope_angles(torch.arange(start, start + s, device=q.device), self.head_dim, self.base)
         else:  # per row: positions in the document, counted over its real tokens (cached ones included)

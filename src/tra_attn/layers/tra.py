@@ -42,10 +42,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.masks import relative_distance
 from ..ops.tra import IMPLS, threshold_relative_attention
+from ..ops.varlen import segment_mask
 from .base import Attention
 from .norms import rms_normalize
-from .options import KindOptions, non_negative, non_negative_int, not_nan, one_of, option
+from .options import KindOptions, finite, non_negative, non_negative_int, not_nan, one_of, option
 from .tra_warmup import warmup_threshold
 
 
@@ -79,6 +81,19 @@ class TRAOptions(KindOptions):
         non_negative,
     )
     gate_bias_init: float = option(0.0, "initial bias of the forget gate")
+    threshold_shift: float = option(
+        0.0,
+        "training only: training forwards keep keys scoring above threshold + threshold_shift (> 0: kept keys clear "
+        "a margin; < 0: keys just below the threshold are kept, and cost loss, in training); evaluation is exact",
+        finite,
+    )
+    keep_penalty: float = option(
+        0.0,
+        "training only: weight of a hinge penalty on the scores of keys the local window does not keep, pushing them "
+        "keep_margin below the threshold (keys the task needs are held above by its loss); 0: off",
+        non_negative,
+    )
+    keep_margin: float = option(0.5, "training only: the margin below the threshold of keep_penalty", non_negative)
 
     def check(self) -> None:
         if getattr(self, "dense_window", 0) and not getattr(self, "dense_heads", 0):
@@ -114,6 +129,7 @@ class TRAAttention(Attention):
         self.dense_window = o.dense_window
         self.keep_surrogate = o.keep_surrogate
         self.gate_bias_init = o.gate_bias_init
+        self.threshold_shift, self.keep_penalty, self.keep_margin = o.threshold_shift, o.keep_penalty, o.keep_margin
         if self.has_gate:
             self.gate_proj = nn.Linear(d_model, n_heads, bias=True)
         self.log_temperature = nn.Parameter(torch.zeros(n_heads)) if o.learned_temperature else None
@@ -133,10 +149,13 @@ class TRAAttention(Attention):
         )
 
     def current_threshold(self) -> float:
-        """The warm-up's threshold in a training forward during the warm-up, else the exact one."""
-        if self.training and self.training_threshold is not None:
+        """In a training forward: the warm-up's threshold while it lasts, else the threshold shifted by
+        threshold_shift; in evaluation the exact one."""
+        if not self.training:
+            return self.threshold
+        if self.training_threshold is not None:
             return self.training_threshold
-        return self.threshold
+        return self.threshold + self.threshold_shift
 
     def normalize(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RMS-normalised q (times the learned temperature, if any) and k, per head."""
@@ -152,7 +171,23 @@ class TRAAttention(Attention):
     def attend(self, x, q, k, v, cache, segment_ids=None):
         q, k = self.normalize(q, k)
         k, v, _ = self.with_cache(cache, k, v)
+        self.penalise(q, k, segment_ids)
         return self.by_heads(q, k, v, self.log_gate(x), segment_ids)
+
+    def penalise(self, q, k, segment_ids=None) -> None:
+        """In training with keep_penalty: the weighted mean over the thresholded heads' allowed (query, key)
+        pairs outside the local window of relu(s_ij - threshold + keep_margin), as the layer's auxiliary loss."""
+        self.auxiliary_loss = None
+        if not (self.training and self.keep_penalty) or self.dense_heads == q.shape[1]:
+            return
+        n = self.dense_heads
+        scores = (q[:, n:].float() @ k[:, n:].float().transpose(-1, -2)) * self.head_dim**-0.5
+        sq, sk = scores.shape[-2:]
+        allowed = relative_distance(sq, sk, scores.device) >= self.local_window  # causal, outside the window
+        if segment_ids is not None:
+            allowed = allowed & segment_mask(segment_ids, sq)  # keys of the query's document
+        hinge = torch.relu(scores - self.current_threshold() + self.keep_margin) * allowed
+        self.auxiliary_loss = self.keep_penalty * hinge.sum() / allowed.expand_as(hinge).sum().clamp(min=1)
 
     def by_heads(self, q, k, v, log_gate, segment_ids=None) -> torch.Tensor:
         """``op`` on every head, with no threshold on the first ``dense_heads`` of them. ``segment_ids`` (B, Sk):

@@ -21,6 +21,7 @@ from ..ops.tra.key_gate import tra_key_gate_naive
 from .tra import TRAAttention, TRAOptions
 
 THRESHOLD_OPTIONS = ("threshold", "dense_heads", "local_window", "dense_window", "threshold_warmup", "keep_surrogate")
+THRESHOLD_OPTIONS += ("threshold_shift", "keep_penalty", "keep_margin")
 TRAKeyGateOptions = TRAOptions.without("TRAKeyGateOptions", "impl", "keep_surrogate")
 TRANoThresholdOptions = TRAOptions.without("TRANoThresholdOptions", *THRESHOLD_OPTIONS)
 TRANoDistanceOptions = TRAOptions.without("TRANoDistanceOptions", "gate_bias_init")

@@ -66,6 +66,62 @@ def check_finite(state: dict[str, torch.Tensor], where) -> None:
         )
 
 
+# What a stored tensor may be read as: its own dtype, or a narrower float widened exactly (a model saved in half
+# precision loads into float32). Integers, booleans and wider floats are never cast: they are not this model's.
+EXACT_WIDENINGS = {
+    torch.float32: (torch.float16, torch.bfloat16),
+    torch.float64: (torch.float16, torch.bfloat16, torch.float32),
+}
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
+    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}  # fmt: skip
+
+
+def stored_specs(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) of every tensor of a safetensors file, read from its header alone (no weights loaded); the
+    dtype as torch names it where it has one (``torch.int64``), else safetensors' name (``F8_E4M3``)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as stored:
+        specs = {}
+        for name in stored.keys():  # noqa: SIM118  (safe_open is not a mapping)
+            tensor = stored.get_slice(name)
+            dtype = tensor.get_dtype()
+            specs[name] = (str(_SAFETENSORS_DTYPES.get(dtype, dtype)), tuple(tensor.get_shape()))
+    return specs
+
+
+def check_weights(
+    stored: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, torch.Tensor], where: str
+) -> None:
+    """A ValueError naming ``where`` unless ``stored`` ((dtype, shape) per name) are exactly the tensors of
+    ``expected`` (a model's state dict): none missing, none unexpected, each of its shape and of its dtype or one
+    ``EXACT_WIDENINGS`` reads exactly. Called before anything is copied: ``load_state_dict`` would cast integers
+    (and ``transformers`` also fill missing tensors with random values)."""
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{where} does not hold the model's tensors (missing: {missing or 'none'}; unexpected: "
+            f"{unexpected or 'none'}); expected exactly the {len(expected)} tensors of the config's model"
+        )
+    for name, want in expected.items():
+        dtype, shape = stored[name]
+        readable = [str(want.dtype)] + [str(d) for d in EXACT_WIDENINGS.get(want.dtype, ())]
+        if shape != tuple(want.shape) or dtype not in readable:
+            raise ValueError(
+                f"{where}: {name} is {dtype} of shape {shape}; expected {' or '.join(readable)} of shape "
+                f"{tuple(want.shape)}, as the config's model (weights are never cast from integers or narrowed)"
+            )
+
+
+def state_specs(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) of every tensor of ``state``, as ``stored_specs`` gives them for a file."""
+    return {name: (str(t.dtype), tuple(t.shape)) for name, t in state.items()}
+
+
 def read_config(directory: Path) -> tuple[ModelConfig, bool]:
     """(the ModelConfig of a saved model, whether the folder is a Hugging Face one); ValueError naming the file
     if it is missing or invalid. A Hugging Face config's own fields (model_type, architectures, ...) are dropped."""
@@ -105,10 +161,9 @@ def load_pretrained(
         raise ValueError(f"from_pretrained: {directory / WEIGHTS_NAME} is corrupt ({err})") from err
     if hf:  # names without the wrapper's prefix; any other name stays, and load_state_dict refuses it
         state = {name.removeprefix(HF_WEIGHTS_PREFIX): tensor for name, tensor in state.items()}
-    check_finite(state, f"from_pretrained: {directory / WEIGHTS_NAME}")
     model = cls(config)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise ValueError(f"from_pretrained: weights do not match the config ({err})") from err
+    where = f"from_pretrained: weights do not match the config: {directory / WEIGHTS_NAME}"
+    check_weights(state_specs(state), model.state_dict(), where)
+    check_finite(state, f"from_pretrained: {directory / WEIGHTS_NAME}")
+    model.load_state_dict(state, strict=True)
     return model.to(device)

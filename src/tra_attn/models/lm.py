@@ -17,6 +17,7 @@ from torch import nn
 
 from ..layers import KVCache, LayerCache, attention_kind, check_model_config
 from ..layers.norms import RMSNorm
+from ..ops.positions import random_positions
 from .config import ModelConfig
 from .documents import forward_segment_ids
 from .generation import generate
@@ -53,14 +54,18 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout if config.residual_dropout else 0.0)
 
     def forward(
-        self, x: torch.Tensor, cache: LayerCache | None = None, segment_ids: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        cache: LayerCache | None = None,
+        segment_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if self.style == "paper":
             x = self.norm1(x)
-            x = x + self.dropout(self.attn(x, cache, segment_ids))
+            x = x + self.dropout(self.attn(x, cache, segment_ids, positions))
             x = self.norm2(x)
             return x + self.dropout(self.mlp(x))
-        x = x + self.dropout(self.attn(self.norm1(x), cache, segment_ids))
+        x = x + self.dropout(self.attn(self.norm1(x), cache, segment_ids, positions))
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
@@ -101,6 +106,12 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
             block.attn.post_init()
 
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """The sum of the loss terms the attention layers set in the last training forward (a kind's regulariser),
+        or None when none did; the training loop adds it to the task's loss."""
+        terms = [block.attn.auxiliary_loss for block in self.blocks if block.attn.auxiliary_loss is not None]
+        return torch.stack(terms).sum() if terms else None
+
     def set_train_step(self, step: int) -> None:
         """Before the training forwards of optimizer step ``step``: every submodule with an ``on_train_step``
         hook learns the step (TRA's threshold warm-up). Evaluation forwards are not affected."""
@@ -130,9 +141,18 @@ class TransformerLM(nn.Module):
         if attention_mask is not None:  # the ids under padding are never read: any pad id will do
             input_ids = input_ids.masked_fill(attention_mask == 0, 0)
         x = self.dropout(self.embed(as_index(input_ids)))
+        positions = self.training_positions(input_ids, keys) if self.training and cache is None else None
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i], keys)
+            x = block(x, None if cache is None else cache[i], keys, positions)
         return self.norm(x), None if keys is None else keys[:, -input_ids.shape[1] :]
+
+    def training_positions(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, S) positions shared by every layer of a training forward when its attention asks for random ones
+        (``Attention.position_range``), one draw of torch's global generator (ops/positions.py); else None."""
+        span = max(block.attn.position_range() for block in self.blocks)
+        if not span:
+            return None
+        return random_positions(*input_ids.shape, span, input_ids.device, segment_ids)
 
     def forward(
         self,

@@ -7,7 +7,8 @@ count that is not a power of two, the slopes of the next lower power of two foll
 slope of the next higher one, as in the authors' ``get_slopes``).
 
 In a packed or padded batch (``segment_ids``), i and j are positions in the query's document
-(``masks.document_positions``) and keys of other documents or padding are masked.
+(``masks.document_positions``) and keys of other documents or padding are masked. Given ``positions`` (random
+positions in training, ops/positions.py), i and j are those.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ def alibi_bias(slopes: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
     return bias.masked_fill(~causal_mask(sq, sk, slopes.device), float("-inf"))
 
 
-def document_alibi_bias(slopes: torch.Tensor, segment_ids: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-    """(B, H, Sq, Sk) bias -m_h * (p_i - p_j) with p the positions in the documents of ``segment_ids`` (B, Sk),
-    -inf outside ``visible`` (B, 1, Sq, Sk), ``masks.document_mask``."""
-    positions = document_positions(segment_ids)
+def document_alibi_bias(
+    slopes: torch.Tensor, segment_ids: torch.Tensor | None, visible: torch.Tensor, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(B, H, Sq, Sk) bias -m_h * (p_i - p_j) with p the given ``positions`` (B, Sk), else the positions in the
+    documents of ``segment_ids`` (B, Sk); -inf outside ``visible`` (B|1, 1, Sq, Sk), ``masks.document_mask``."""
+    positions = document_positions(segment_ids) if positions is None else positions
     sq, sk = visible.shape[-2:]
     dist = positions[:, sk - sq :, None] - positions[:, None, :]
     bias = -slopes[None, :, None, None] * dist[:, None].to(slopes.dtype)
@@ -62,16 +65,19 @@ def alibi_attention(
     scale: float | None = None,
     logit_dropout: float = 0.0,
     segment_ids: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ):
-    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout, and
-    ``segment_ids`` (B, Sk) of the keys for packed or padded batches (-1: padding)."""
+    """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout,
+    ``segment_ids`` (B, Sk) of the keys for packed or padded batches (-1: padding), and ``positions`` (B, Sk)
+    of the keys (default: counted from each document's start)."""
     sq, sk = q.shape[-2], k.shape[-2]
     slopes = slopes.to(compute_dtype(q.dtype) if logit_dropout else q.dtype)
-    if segment_ids is None:
+    if segment_ids is None and positions is None:
         bias, visible = alibi_bias(slopes, sq, sk), None
     else:
-        visible = document_mask(segment_ids, sq)
-        bias = document_alibi_bias(slopes, segment_ids, visible)
+        causal = causal_mask(sq, sk, q.device)[None, None]
+        visible = causal if segment_ids is None else document_mask(segment_ids, sq)
+        bias = document_alibi_bias(slopes, segment_ids, visible, positions)
     if logit_dropout:
         return causal_dropout_attention(q, k, v, logit_dropout, bias, scale, visible)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

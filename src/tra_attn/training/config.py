@@ -41,7 +41,7 @@ def migrate(data: dict) -> dict:
     kind owns) and moves into ``model`` (whose own migration places it among the kind's options), so an old
     run keeps its warm-up.
     Version 5 nested the model config without its version; version 6 nests it with (``ModelConfig.migrate``
-    reads both).
+    reads both). Versions up to 6 may lack ``length_spread``: one sequence per row (0).
     """
     data, version = split_version("TrainConfig", data, VERSION)
     if version == 1:
@@ -52,6 +52,7 @@ def migrate(data: dict) -> dict:
         data.setdefault("compile", False)
     if version <= 3:
         data.setdefault("fit_accuracy", 0.0)
+    data.setdefault("length_spread", 0.0)
     warmup = data.pop("tra_threshold_warmup", 0) if version <= 4 else 0
     if warmup:
         model = data.get("model", {})
@@ -61,6 +62,14 @@ def migrate(data: dict) -> dict:
         elif isinstance(model, dict):
             data["model"] = {**model, "tra_threshold_warmup": warmup}
     return data
+
+
+def check_spread(task, length: int, spread: float) -> None:
+    """A ValueError if the task's rows cannot take packed documents (they pack their own already)."""
+    if task.sample(1, length, 0).model_args:
+        raise ValueError(
+            f"TrainConfig.length_spread = {spread}: the {task.name} task's rows already pack documents; expected 0"
+        )
 
 
 def _help(text: str) -> dict:
@@ -95,6 +104,13 @@ class TrainConfig:
     device: str = field(default="cpu", metadata=_help("cpu, cuda or cuda:N"))
     precision: str = field(default="fp32", metadata=_help("fp32, or bf16 (autocast the forward: GPU training)"))
     compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
+    length_spread: float = field(
+        default=0.0,
+        metadata=_help(
+            "training rows pack whole documents of lengths drawn from [(1 - length_spread) length, length] (the "
+            "number of irrelevant tokens varies in training; validation stays at length); 0: one sequence per row"
+        ),
+    )
     fit_accuracy: float = field(
         default=0.0,
         metadata=_help(
@@ -153,12 +169,17 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.fit_accuracy = {self.fit_accuracy} needs periodic validation; expected eval_every > 0"
             )
+        spread = self.length_spread
+        if not (isinstance(spread, (int, float)) and not isinstance(spread, bool) and 0.0 <= spread < 1.0):
+            raise ValueError(f"TrainConfig.length_spread = {spread!r}; expected a fraction in [0, 1) (0: off)")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
         if not isinstance(self.compile, bool):
             raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
+        if self.length_spread:
+            check_spread(task, self.length, self.length_spread)
         if self.model.tokenizer != task.tokenizer_description():
             raise ValueError(
                 f"ModelConfig.tokenizer = {self.model.tokenizer!r}; expected the {self.task} task's "

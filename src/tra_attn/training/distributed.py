@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -140,6 +141,8 @@ def _init_process_group(backend: str, processes: Processes) -> None:
     if missing:
         unset = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not"
         raise ValueError(f"{stray} but {unset}; expected the environment of torchrun: {remedy}")
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):  # not started by torchrun: perhaps a stray environment
+        _announce_wait(processes, seconds)
     try:
         rendezvous = dist.rendezvous("env://", processes.rank, processes.world_size, timeout=timedelta(seconds=seconds))
         store, _, _ = next(rendezvous)
@@ -153,6 +156,21 @@ def _init_process_group(backend: str, processes: Processes) -> None:
             f"{_first_line(err)}; expected the other processes of a torchrun launch: {remedy}"
         ) from None
     store.set_timeout(default_pg_timeout)  # as torch's own env:// rendezvous leaves it
+
+
+def _announce_wait(processes: Processes, seconds: float) -> None:
+    """One line on stderr, before the wait, saying what this process waits for: the other processes, where, for
+    how long, and what to unset if none are coming (a WORLD_SIZE left in the environment would otherwise wait
+    the whole timeout in silence). torchrun's workers start together and skip it."""
+    others = processes.world_size - 1
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    sys.stderr.write(
+        f"tra: WORLD_SIZE={processes.world_size} and RANK={processes.rank} are set: waiting up to {seconds:g} s "
+        f"({RENDEZVOUS_TIMEOUT}) for the other {others} process{'es' if others > 1 else ''} of the run to join at "
+        f"{where}; if no others are coming (not a torchrun launch), stop this one and unset WORLD_SIZE, RANK and "
+        "LOCAL_RANK\n"
+    )
+    sys.stderr.flush()
 
 
 def _first_line(err: BaseException) -> str:

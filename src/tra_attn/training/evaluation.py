@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data import make_task, recorded_task_args
+from ..data import check_scored, make_task, recorded_task_args
 from ..models import TransformerLM
 from ..utils.provenance import git_commit
 from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
@@ -71,6 +71,8 @@ def evaluate_checkpoint(
         tests = [
             (t.split, t.batch, t.length or t.batch.tokens.shape[1]) for t in the_task.eval_splits(length, sequences)
         ]
+    for split, batch, _ in tests:  # every test before any is run: NaN rows help nobody
+        check_scored(batch, f"--data {data}" if data is not None else f"the {task_name} {split} split")
     rows = []
     for split, batch, reported_length in tests:
         metrics = the_task.metrics(model, batch.tokens.to(device), batch.loss_mask.to(device))

@@ -32,7 +32,7 @@ from typing import NoReturn
 import torch
 from tqdm.auto import tqdm
 
-from ..data import Task, TaskBatch
+from ..data import Task, TaskBatch, check_scored
 from ..models import IGNORE_INDEX, TransformerLM
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.os_errors import writing
@@ -42,10 +42,11 @@ from .config import TrainConfig, check_device
 from .distributed import Processes, join, leave
 from .divergence import DivergenceWatch
 from .interrupt import Interrupted, deferred_interrupts
+from .length_spread import spread_batch
 from .metrics_log import METRICS_NAME, MetricsLog
 from .optim import learning_rate
 from .resume import restore
-from .validator import ValidationFn, Validator
+from .validator import VALIDATION_SEED, ValidationFn, Validator
 
 ONE_PROCESS = Processes()
 
@@ -57,8 +58,12 @@ def batch_seed(seed: int, step: int) -> int:
 
 
 def training_batch(task: Task, config: TrainConfig, step: int) -> TaskBatch:
-    """The global batch of ``step``: the same for any accumulation (or, later, any number of processes)."""
-    return task.sample(config.batch_size, config.length, batch_seed(config.seed, step))
+    """The global batch of ``step``: the same for any accumulation (or, later, any number of processes); with
+    ``length_spread``, rows of packed documents of varied length (``length_spread.py``)."""
+    seed = batch_seed(config.seed, step)
+    if config.length_spread:
+        return spread_batch(task, config.batch_size, config.length, seed, config.length_spread)
+    return task.sample(config.batch_size, config.length, seed)
 
 
 def inputs_and_labels(batch: TaskBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,9 +120,20 @@ def accumulate_gradients(
             with autocast(config):
                 per_token = model(x, labels=y, **extra)
             loss = per_token.sum() / max(scored, 1)
-            (loss * processes.world_size).backward()
+            objective = loss
+            auxiliary = _auxiliary_loss(model)
+            if auxiliary is not None:  # a mean over this micro-batch's rows: weighted by its share of the batch
+                objective = loss + auxiliary * (len(x) / config.batch_size)
+            (objective * processes.world_size).backward()
         total += loss.detach()
     return total
+
+
+def _auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
+    """The model's auxiliary loss of its last forward (TRA's keep_penalty), or None: a model without the
+    hook (a user's own) adds nothing. DDP wraps the model in `.module`; FSDP2 does not wrap it."""
+    hook = getattr(getattr(model, "module", model), "auxiliary_loss", None)
+    return hook() if callable(hook) else None
 
 
 def _seed_step(config: TrainConfig, step: int, processes: Processes) -> None:
@@ -136,6 +152,17 @@ def _check_world_size(config: TrainConfig, processes: Processes) -> None:
             f"batch_size = {config.batch_size}; expected a multiple of grad_accum x processes = "
             f"{config.grad_accum} x {processes.world_size} = {parts} (every rank trains on equal micro-batches)"
         )
+
+
+def _check_something_to_score(task: Task, config: TrainConfig) -> None:
+    """A ValueError (``check_scored``) if the validation sequences (fixed for the whole run) hold no scored token, or
+    without validation the first training batch: task parameters that leave nothing to score give a loss of 0 over
+    no tokens and NaN validations."""
+    if config.eval_every:
+        validation = task.validation(config.eval_sequences, config.length, VALIDATION_SEED + config.seed)
+        check_scored(validation, f"the {task.name} task's validation sequences ({task})")
+    else:
+        check_scored(training_batch(task, config, 0), f"the {task.name} task's first training batch ({task})")
 
 
 def _due(step: int, every: int, steps: int) -> bool:
@@ -220,6 +247,12 @@ def _train(config: TrainConfig, processes: Processes, run_dir, resume: bool, pro
     main = processes.is_main
     task = config.task_instance()
     task.check_data()  # before the run directory exists: a missing corpus leaves nothing behind
+    if config.fit_accuracy and metrics_fn is None and not task.scored_per_sequence:
+        raise ValueError(
+            f"--fit-accuracy (TrainConfig.fit_accuracy) = {config.fit_accuracy}: the {task.name} task's validation "
+            "has no full-sequence accuracy to train to fit on; expected no --fit-accuracy, or 0"
+        )
+    _check_something_to_score(task, config)  # before the run directory exists
     run_dir = make_directory(run_dir, "run directory")
     model, optimizer, start, seconds_before, fit_step = restore(
         run_dir, TrainConfig.from_dict(saved_config), resume, config.device, processes, fsdp

@@ -9,6 +9,7 @@ Outputs get the permissions of the user's umask (``tempfile`` creates private 06
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -16,6 +17,8 @@ import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from .os_errors import WriteFailed
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
@@ -152,12 +155,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def make_directory(path: str | os.PathLike, what: str) -> Path:
-    """``mkdir -p path``, or a ValueError naming ``what`` (e.g. '--out x') and why it cannot be a folder."""
+    """``mkdir -p path``, or an error naming ``what`` (e.g. '--out x'): a ValueError when the path cannot be a folder
+    (a file on the way: bad input), ``WriteFailed`` when the machine refuses the write (a read-only or immutable
+    folder, no permission, a full disk: exit 1, as every other write)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} {path} is a file; expected a directory (new or existing)")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        if err.errno in (errno.EROFS, errno.EPERM, errno.EACCES, errno.ENOSPC, errno.EDQUOT):
+            raise WriteFailed(what, path, err) from None
         raise ValueError(f"{what} {path}: cannot create it ({err.strerror}); expected a writable directory") from None
     return path

@@ -55,11 +55,11 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> None:
         raise ValueError(f"hierarchy: {name} = {value!r}; expected {expected}")
 
 
-def _check_probability(name: str, value, allow_zero: bool) -> None:
+def _check_probability(name: str, value, why_not_zero: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0.0 <= value < 1.0):
-        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in [0, 1)")
-    if not allow_zero and value == 0:
-        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1): gets need assignments")
+        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1)")
+    if value == 0:
+        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1): {why_not_zero}")
 
 
 def _show(token: int) -> str:
@@ -97,8 +97,8 @@ class Hierarchy(Task):
         _check_int("depth", self.depth, 1, MAX_DEPTH)
         _check_int("num_variables", self.num_variables, 1, MAX_VARIABLES)
         _check_int("num_values", self.num_values, 2, MAX_VALUES)
-        _check_probability("p_read", self.p_read, allow_zero=True)
-        _check_probability("p_set", self.p_set, allow_zero=False)
+        _check_probability("p_read", self.p_read, "the gets' values are the only scored tokens")
+        _check_probability("p_set", self.p_set, "gets need assignments")
         if self.p_read + self.p_set > 1:
             raise ValueError(
                 f"hierarchy: p_read + p_set = {self.p_read} + {self.p_set}; expected at most 1 "

@@ -257,9 +257,11 @@ def _build(bin_path, root, files, entries, key, tokenizer, dtype, progress) -> d
                 except ValueError as err:
                     message = str(err)
                     raise ValueError(message if str(path) in message else f"corpus file {path}: {message}") from None
+                # Through the Python file object, not ndarray.tofile: on a full disk numpy raises "N requested and
+                # M written" with no errno, Python the OS error itself (ENOSPC, EDQUOT, EFBIG).
                 if len(ids) and sum(counts):
-                    separator.tofile(out)
-                np.asarray(ids, dtype=dtype).tofile(out)
+                    out.write(separator.data)
+                out.write(np.ascontiguousarray(ids, dtype=dtype).data)
                 counts.append(len(ids))
         if not sum(counts):
             raise ValueError(
@@ -269,7 +271,7 @@ def _build(bin_path, root, files, entries, key, tokenizer, dtype, progress) -> d
         checksum.append(file_checksum(tmp))
 
     checksum: list[str] = []
-    with writing("token cache", bin_path):  # numpy's short write on a full disk names neither errno nor path
+    with writing("token cache", bin_path):  # names what and where the OS error was met
         atomic_write(bin_path, write)
     documents = sum(1 for n in counts if n)
     length = sum(counts) + len(separator) * max(documents - 1, 0)

@@ -87,6 +87,7 @@ class LanguageModelling(Task):
 
     name = "lm"
     has_text_format = False
+    scored_per_sequence = False  # loss, perplexity, bits per byte: nothing to train to fit on
 
     def __post_init__(self):
         if not isinstance(self.corpus, str) or not self.corpus:

@@ -26,7 +26,7 @@ def evaluate_run(method: str, config: TrainConfig, directory: Path, tokens: int 
     """Rows of a run's final checkpoint on the last ``tokens`` validation tokens (None: all), named after
     ``method``; one position bucket per training length at 16x shows where past the trained span the loss
     moves."""
-    rows = evaluate_lm(latest_checkpoint(directory), tokens=tokens, buckets=16, device=config.device)
+    rows = evaluate_lm(latest_checkpoint(directory), budget=tokens, buckets=16, device=config.device)
     return [{**r, "method": method, "lr": config.lr} for r in rows]
 
 

@@ -87,6 +87,13 @@ class LMEvaluation:
     buckets: int
     device: str
     common: dict
+    text_tokens: int = 0  # the whole text's tokens, of which ``text`` is the scored span
+
+    def span_line(self) -> str:
+        """What was scored, said with every table: the span and the text's length."""
+        start, end = self.common["span"]
+        whole = " (the whole text)" if (start, end) == (0, self.text_tokens) else ""
+        return f"scored tokens {start}..{end} of the text's {self.text_tokens}{whole}"
 
     def rows(self) -> list[dict]:
         """One row per metric, factor and window kind ('non_overlapping', and 'sliding' with a stride)."""
@@ -111,15 +118,18 @@ def prepare_lm_eval(
     text=None,
     offset: int | None = None,
     length: int | None = None,
+    budget: int | None = None,
 ) -> LMEvaluation:
     """The evaluation of ``checkpoint`` (a run, a checkpoint, a ``save_pretrained`` folder or a Hugging Face
     folder of ``tra convert``) on ``text`` (a file, a .gz file or a folder of them, tokenized with the model's
     own tokenizer) or, by default, on the run's validation text; every argument checked, nothing evaluated.
 
     The scored span is ``tokens`` tokens from ``offset`` (default: the last ``tokens``; all of the text without
-    either), the same at every factor. ``length`` is the training length, needed for a model saved without its
-    run's training config. Training validates on windows from the start of the validation text, so the default
-    span (its end) is disjoint from the tokens that chose learning rates when ``tokens`` is a budget.
+    either), the same at every factor; it must lie inside the text (one rule for both: a span reaching past the
+    text's end is an error, however it got there). ``budget`` (a comparison's) asks for at most that many of the
+    last tokens instead, the whole text if it is shorter. ``length`` is the training length, needed for a model
+    saved without its run's training config. Training validates on windows from the start of the validation
+    text, so the default span (its end) is disjoint from the tokens that chose learning rates.
     """
     check_device(device)
     factors = sorted(set(factors))
@@ -156,6 +166,10 @@ def prepare_lm_eval(
     else:
         task = make_task(config.task, **recorded_task_args(config.task, config.task_args, path))
         all_tokens, token_bytes, source = task.tokens("validation"), task.token_bytes(), {}
+    if budget is not None:
+        if tokens is not None or offset is not None:
+            raise ValueError("evaluation: budget is the last tokens, at most; expected it without tokens or offset")
+        tokens = min(budget, len(all_tokens))
     start, end = _span(len(all_tokens), tokens, offset)
     longest = max(factors) * train_length
     if end - start < longest + 1:
@@ -172,8 +186,9 @@ def prepare_lm_eval(
         **source,
     }
     return LMEvaluation(
-        model, all_tokens[start:end], token_bytes, train_length, factors, stride, buckets, device, common
-    )
+        model, all_tokens[start:end], token_bytes, train_length, factors, stride, buckets, device, common,
+        len(all_tokens),
+    )  # fmt: skip
 
 
 def _span(available: int, tokens: int | None, offset: int | None) -> tuple[int, int]:
@@ -185,7 +200,12 @@ def _span(available: int, tokens: int | None, offset: int | None) -> tuple[int, 
             f"--offset = {offset!r}; expected an integer in [0, {available}) (the text has {available} tokens)"
         )
     if offset is None:
-        return (max(available - tokens, 0) if tokens is not None else 0), available
+        if tokens is not None and tokens > available:
+            raise ValueError(
+                f"--tokens = {tokens}; expected at most the text's {available} tokens (the scored span must lie "
+                "inside the text; without --tokens the whole text is scored)"
+            )
+        return (available - tokens if tokens is not None else 0), available
     end = available if tokens is None else offset + tokens
     if end > available:
         raise ValueError(

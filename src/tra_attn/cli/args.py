@@ -1,0 +1,70 @@
+"""Argument parsing shared by every ``tra`` subcommand: one error line, and values checked as they are read.
+
+A bad argument is refused by the parser itself, before any work: exit 2 and one line that names the flag,
+``tra: error: argument --steps: invalid int value: 'x' (`tra train --help` lists the flags)``, instead of
+argparse's usage block and a ``tra train: error:`` line. Types check what the parser can know: a finite
+number (``finite_float``: 'nan' and 'inf' parse as floats), and a name of a registry (``registered``: methods,
+tasks), read live so that a plug-in's registration counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Iterable
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser (and, through ``add_subparsers``, every subcommand's) whose errors are one line."""
+
+    def error(self, message: str):
+        """Exit 2 with ``tra: error: MESSAGE`` on one line (control characters of the message escaped)."""
+        line = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(2, f"tra: error: {line} (`{self.prog} --help` lists the flags)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, after refusing a flag this subcommand does not have: argparse would first report the
+        required flags missing (``--out``), hiding the misspelt one that was meant to be one of them."""
+        if args is not None and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            known = [option for action in self._actions for option in action.option_strings]
+            for token in args:
+                if token == "--":  # everything after is a positional argument
+                    break
+                name = token.split("=", 1)[0]
+                if name.startswith("--") and not any(
+                    o == name or (self.allow_abbrev and o.startswith(name)) for o in known
+                ):
+                    self.error(f"unrecognized argument {name}")
+        return super().parse_known_args(args, namespace)
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if message:
+            sys.stderr.write(message)
+            sys.stderr.flush()
+        sys.exit(status)
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number ('nan' and 'inf' are refused, as they are nowhere meaningful)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}; expected a finite number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number")
+    return value
+
+
+def registered(names: Callable[[], Iterable[str]], what: str) -> Callable[[str], str]:
+    """An argparse type: a name among ``names()`` (read when the argument is parsed), else an error listing them."""
+
+    def name(text: str) -> str:
+        known = list(names())
+        if text not in known:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; expected one of {known}")
+        return text
+
+    name.registry = names  # for tests that generate bad names
+    name.__name__ = what  # argparse names the type in some messages
+    return name

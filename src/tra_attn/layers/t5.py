@@ -1,0 +1,57 @@
+"""T5 relative position bias (Raffel et al., JMLR 2020, arXiv 1910.10683), unidirectional as in a decoder:
+
+    out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D) + table[bucket(i - j), h]) v_j
+
+with one learned scalar per head and per log-spaced distance bucket (ops/t5.py). The table is zero-initialised,
+so the model starts as NoPE. Unlike T5 itself, the scores keep the usual 1/sqrt(D) scale (every kind here does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..ops.t5 import t5_attention
+from .base import Attention
+from .options import KindOptions, option, positive_int, random_positions_option
+
+
+def at_least_two(value) -> str | None:
+    return None if positive_int(value) is None and value >= 2 else "an integer >= 2"
+
+
+@dataclass(frozen=True)
+class T5Options(KindOptions):
+    prefix = "t5"
+    num_buckets: int = option(32, "distance buckets: half exact, half log-spaced up to max_distance", at_least_two)
+    max_distance: int = option(128, "distances from this one on share the last bucket", positive_int)
+    random_positions: int = random_positions_option()
+
+    def check(self) -> None:
+        exact = self.num_buckets // 2
+        if self.max_distance <= exact:
+            raise ValueError(
+                f"{self.describe('max_distance')} = {self.max_distance}; expected more than num_buckets // 2 = {exact} "
+                "(the distances with a bucket each)"
+            )
+
+
+class T5Attention(Attention):
+    Options = T5Options
+
+    def __init__(self, d_model: int, n_heads: int, **kwargs):
+        super().__init__(d_model, n_heads, **kwargs)
+        self.relative_attention_bias = nn.Parameter(torch.zeros(self.options.num_buckets, n_heads))
+
+    def position_range(self) -> int:
+        return self.options.random_positions
+
+    def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
+        k, v, _ = self.with_cache(cache, k, v)
+        table = self.relative_attention_bias
+        return t5_attention(
+            q, k, v, table, self.options.num_buckets, self.options.max_distance, positions=positions,
+            segment_ids=segment_ids, logit_dropout=self.logit_dropout(),
+        )  # fmt: skip

@@ -1,0 +1,184 @@
+"""alpha-entmax attention with ASEntmax's length scaling (Vasylenko, Pitorro, Martins, Treviso 2025, arXiv
+2506.16640; entmax: Peters, Niculae, Martins 2019, arXiv 1905.05702).
+
+    p_ij  = [(alpha - 1) z_ij - tau_i]_+ ^ (1 / (alpha - 1)),  tau_i such that sum_{j visible} p_ij = 1
+    z_ij  = scale * theta_i q_i . k_j,     out_i = sum_j p_ij v_j
+    theta_i = 1 + softplus(w_b . x_i + b_b) * log(n_i + 1) ^ (2 tanh(w_g . x_i + b_g))   (per head)
+
+Keys below the threshold tau_i get exactly 0. ``entmax_bisect`` finds tau by bisection as the authors' ``entmax``
+package does (``entmax/root_finding.py``), rows shifted by their maximum and the bracket sized by the row's visible
+keys, and normalises after the last step (so rows sum to 1); its backward is entmax's Jacobian. theta_i is the
+authors' "adapt-softplus-tanh" scale (``asentmax`` repository), with n_i the keys query i sees (``rows.key_counts``).
+
+No cheap key-block (streaming) path: tau_i needs the whole row at every bisection step, so streaming over key
+blocks would recompute every score at each of the 30-50 steps. Rows are independent, though: ``entmax_chunked``
+walks blocks of query rows against their whole key rows (O(S * block) memory, the steps stay inside a block, the
+backward reuses the saved tau); each step is one elementwise pass over the block's scores.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .masks import compute_dtype
+from .rows import block_keys, default_row_block, row_blocks, visible_keys
+
+IMPLS = ("auto", "naive", "chunked")
+
+
+def bisection_steps(dtype: torch.dtype) -> int:
+    """Bisection steps: the bracket [-1, 0] halves to below the dtype's resolution (entmax's default, 50, in fp64)."""
+    return 50 if dtype == torch.float64 else 30
+
+
+def _bisect(z: torch.Tensor, alpha: float, steps: int):
+    """alpha-entmax of z (..., n), -inf outside the visible keys: (p, tau, norm), tau and norm (..., 1) of the last
+    step (p = [x - tau]_+^(1/(alpha-1)) / norm with x = (alpha - 1)(z - max)); a row with no key gives p = 0."""
+    top = z.amax(-1, keepdim=True)
+    has_key = top > float("-inf")
+    x = (z - torch.where(has_key, top, 0.0)) * (alpha - 1)
+    n = (z > float("-inf")).sum(-1, keepdim=True).clamp(min=1).to(z.dtype)
+    tau_lo = torch.full_like(top, -1.0)  # p_max = 1: sum >= 1
+    step = 1 - n ** (1 - alpha)  # tau_hi = -(1/n)^(alpha-1): every p <= 1/n, sum <= 1
+    for _ in range(steps):
+        step = step / 2
+        tau = tau_lo + step
+        p = torch.clamp(x - tau, min=0) ** (1 / (alpha - 1))
+        tau_lo = torch.where(p.sum(-1, keepdim=True) >= 1, tau, tau_lo)
+    norm = torch.where(has_key, p.sum(-1, keepdim=True), 1.0)
+    return p / norm, tau, norm
+
+
+def _entmax_grad(p: torch.Tensor, grad: torch.Tensor, alpha: float) -> torch.Tensor:
+    """d loss / d z from d loss / d p (entmax's Jacobian): with s = p^(2 - alpha) on the support,
+    dz = s (g - <s, g> / sum s)."""
+    s = torch.where(p > 0, p ** (2 - alpha), 0.0)
+    total = s.sum(-1, keepdim=True)
+    mean = (s * grad).sum(-1, keepdim=True) / torch.where(total > 0, total, 1.0)
+    return s * (grad - mean)
+
+
+class EntmaxBisect(torch.autograd.Function):
+    """alpha-entmax over the last dimension (-inf entries get 0) by bisection."""
+
+    @staticmethod
+    def forward(ctx, z, alpha: float, steps: int):
+        p, _, _ = _bisect(z, alpha, steps)
+        ctx.save_for_backward(p)
+        ctx.alpha = alpha
+        return p
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (p,) = ctx.saved_tensors
+        return _entmax_grad(p, grad, ctx.alpha), None, None
+
+
+def entmax_bisect(z: torch.Tensor, alpha: float = 1.5, steps: int | None = None) -> torch.Tensor:
+    """alpha-entmax (alpha in (1, 2]) over the last dimension of z; -inf entries, and rows of only -inf, get 0."""
+    return EntmaxBisect.apply(z, float(alpha), steps or bisection_steps(z.dtype))
+
+
+def asentmax_query_scale(beta_logit: torch.Tensor, gamma_logit: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """theta = 1 + softplus(beta_logit) * log(n + 1) ^ (2 tanh(gamma_logit)) for (B, Sq, H) projections of x and key
+    counts n (B or 1, Sq): (B, H, Sq). log(n + 1) >= log 2 > 0 (the authors' offset), so every power is finite."""
+    log_n = torch.log(n.to(beta_logit.dtype) + 1)[..., None]
+    return (1 + F.softplus(beta_logit) * log_n ** (2 * torch.tanh(gamma_logit))).transpose(1, 2)
+
+
+def entmax_naive(q, k, v, alpha: float, scale=None, segment_ids=None, logit_dropout: float = 0.0) -> torch.Tensor:
+    """Materialised alpha-entmax attention (autograd, with ``EntmaxBisect``); optional logit dropout (dropped logits
+    become 0, kept ones are scaled by 1 / (1 - p), as ops/logit_dropout.py)."""
+    cdt = compute_dtype(q.dtype)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    visible = visible_keys(q.shape[-2], k.shape[-2], segment_ids, q.device)
+    z = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
+    if logit_dropout:
+        z = F.dropout(torch.where(visible, z, 0.0), logit_dropout, training=True)
+    p = entmax_bisect(torch.where(visible, z, float("-inf")), alpha)
+    return (p @ v.to(cdt)).to(q.dtype)
+
+
+class _ChunkedEntmax(torch.autograd.Function):
+    """Blocks of query rows against their whole causal key rows; the backward recomputes each block's weights from
+    the saved threshold and normaliser (no second bisection)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha: float, scale: float, block: int, segment_ids):
+        sq, sk = q.shape[-2], k.shape[-2]
+        out = torch.empty_like(q)
+        tau, norm = q.new_empty(q.shape[:-1] + (1,)), q.new_empty(q.shape[:-1] + (1,))
+        for r0, r1 in row_blocks(sq, block):
+            kp, visible = block_keys(sq, sk, r0, r1, segment_ids, q.device)
+            z = torch.where(visible, scale * (q[..., r0:r1, :] @ k[..., :kp, :].transpose(-1, -2)), float("-inf"))
+            p, tau[..., r0:r1, :], norm[..., r0:r1, :] = _bisect(z, alpha, bisection_steps(q.dtype))
+            out[..., r0:r1, :] = p @ v[..., :kp, :]
+        ctx.save_for_backward(q, k, v, tau, norm)
+        ctx.alpha, ctx.scale, ctx.block, ctx.segment_ids = alpha, scale, block, segment_ids
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        with torch.autocast(grad_out.device.type, enabled=False):
+            return _ChunkedEntmax._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
+        q, k, v, tau, norm = ctx.saved_tensors
+        alpha, scale = ctx.alpha, ctx.scale
+        sq, sk = q.shape[-2], k.shape[-2]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for r0, r1 in row_blocks(sq, ctx.block):
+            kp, visible = block_keys(sq, sk, r0, r1, ctx.segment_ids, q.device)
+            qb, kb, vb, gb = q[..., r0:r1, :], k[..., :kp, :], v[..., :kp, :], grad_out[..., r0:r1, :]
+            z = torch.where(visible, scale * (qb @ kb.transpose(-1, -2)), float("-inf"))
+            top = z.amax(-1, keepdim=True)
+            x = (z - torch.where(top > float("-inf"), top, 0.0)) * (alpha - 1)
+            p = torch.clamp(x - tau[..., r0:r1, :], min=0) ** (1 / (alpha - 1)) / norm[..., r0:r1, :]
+            dz = _entmax_grad(p, gb @ vb.transpose(-1, -2), alpha)
+            dq[..., r0:r1, :] = scale * (dz @ kb)
+            dk[..., :kp, :] += scale * (dz.transpose(-1, -2) @ qb)
+            dv[..., :kp, :] += p.transpose(-1, -2) @ gb
+        return dq, dk, dv, None, None, None, None
+
+
+def entmax_chunked(q, k, v, alpha: float, scale=None, segment_ids=None, block_size=None) -> torch.Tensor:
+    """alpha-entmax attention in blocks of ``block_size`` query rows, O(S * block) memory (no logit dropout)."""
+    cdt = compute_dtype(q.dtype)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    block = int(block_size or default_row_block(q.shape[-2]))
+    out = _ChunkedEntmax.apply(q.to(cdt), k.to(cdt), v.to(cdt), float(alpha), float(scale), block, segment_ids)
+    return out.to(q.dtype)
+
+
+def entmax_attention(
+    q,
+    k,
+    v,
+    *,
+    alpha: float = 1.5,
+    scale: float | None = None,
+    impl: str = "auto",
+    logit_dropout: float = 0.0,
+    segment_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal alpha-entmax attention for q (B, H, Sq, D), k/v (B, H, Sk, D), Sq <= Sk (queries are the last Sq
+    keys); q carries any scaling (ASEntmax's theta). ``impl``: "naive", "chunked", or "auto" (chunked; naive under
+    logit dropout). ``segment_ids`` (B, Sk) of the keys, -1 on padding, for packed or padded batches. Computes in
+    fp32 (fp64 for fp64 inputs), also under an enclosing autocast, and returns q's dtype."""
+    if impl not in IMPLS:
+        raise ValueError(f"entmax_attention: impl = {impl!r}; expected one of {IMPLS}")
+    if not (isinstance(alpha, (int, float)) and 1 < alpha <= 2):
+        raise ValueError(f"entmax_attention: alpha = {alpha!r}; expected a number in (1, 2]")
+    if impl == "chunked" and logit_dropout:
+        raise ValueError(
+            f"entmax_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or "
+            "'auto' (logit dropout needs the materialised logits)"
+        )
+    with torch.autocast(q.device.type, enabled=False):  # the threshold search in fp32 under any enclosing autocast
+        if impl == "naive" or logit_dropout:
+            return entmax_naive(q, k, v, alpha, scale, segment_ids, logit_dropout)
+        return entmax_chunked(q, k, v, alpha, scale, segment_ids)

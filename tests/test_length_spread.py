@@ -1,0 +1,85 @@
+"""Training on packed documents of varied length (TrainConfig.length_spread): valid documents of the task,
+a pure function of the seed, each document scored as it is alone, and resumable runs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from tra_attn import ModelConfig, TransformerLM
+from tra_attn.data import make_task
+from tra_attn.models import IGNORE_INDEX
+from tra_attn.ops.varlen import PADDING
+from tra_attn.training import TrainConfig, train
+from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
+from tra_attn.training.length_spread import spread_batch
+
+
+@pytest.mark.parametrize("task,args,length", [("majority", {"num_marked": 3}, 48), ("flipflop", {}, 40)])
+def test_rows_pack_whole_valid_documents_of_the_spread_and_repeat_per_seed(task, args, length):
+    task = make_task(task, **args)
+    batch = spread_batch(task, 16, length, seed=5, spread=0.6)
+    again = spread_batch(task, 16, length, seed=5, spread=0.6)
+    assert torch.equal(batch.tokens, again.tokens) and torch.equal(
+        batch.model_args["segment_ids"], again.model_args["segment_ids"]
+    )
+    assert not torch.equal(batch.tokens, spread_batch(task, 16, length, seed=6, spread=0.6).tokens)
+    seen = set()
+    for tokens, mask, segments in zip(batch.tokens, batch.loss_mask, batch.model_args["segment_ids"]):
+        for doc in segments.unique().tolist():
+            where = (segments == doc).nonzero().flatten()
+            if doc == PADDING:
+                assert where.min() > 0 and where.numel() < 0.4 * length + 2 and not mask[where].any()
+                continue
+            assert where.numel() >= 0.4 * length and (where.diff() == 1).all()  # contiguous, in the spread
+            seen.add(where.numel())
+            piece = tokens[where]
+            encoded = task.encode_text(task.decode_text(piece))  # a valid sequence of the task
+            assert torch.equal(encoded, piece) and torch.equal(task.loss_mask(piece[None])[0], mask[where])
+    assert len(seen) > 3  # lengths vary
+
+
+def test_a_packed_row_scores_each_document_as_it_is_alone():
+    torch.manual_seed(0)
+    task = make_task("majority", num_marked=3)
+    batch = spread_batch(task, 4, 48, seed=2, spread=0.5)
+    model = TransformerLM(
+        ModelConfig(vocab_size=5, d_model=16, n_heads=2, attention_options={"local_window": 2})
+    ).double()
+    labels = batch.tokens[:, 1:].masked_fill(~batch.loss_mask[:, 1:], IGNORE_INDEX)
+    packed = model(batch.tokens[:, :-1], labels=labels, segment_ids=batch.model_args["segment_ids"][:, :-1])
+    for r in range(4):
+        segments = batch.model_args["segment_ids"][r]
+        for doc in segments.unique().tolist():
+            if doc == PADDING:
+                continue
+            where = (segments == doc).nonzero().flatten()
+            alone = model(batch.tokens[r, where][None, :-1], labels=labels[r, where[:-1]][None])
+            torch.testing.assert_close(packed[r, where[:-1]], alone[0], atol=1e-12, rtol=1e-12)
+
+
+def test_the_config_checks_the_spread(tmp_path):
+    base = dict(task="majority", task_args={"num_marked": 5}, model=ModelConfig(vocab_size=5), length=32)
+    for bad in (-0.1, 1.0, True, "0.5"):
+        with pytest.raises(ValueError, match=r"TrainConfig\.length_spread = .*; expected a fraction in \[0, 1\)"):
+            TrainConfig(**base, length_spread=bad)
+    packed = dict(corpus="austen", tokenizer="byte", pack=True)
+    with pytest.raises(ValueError, match=r"length_spread = 0\.5: the lm task's rows already pack documents"):
+        TrainConfig(task="lm", task_args=packed, model=ModelConfig(vocab_size=256), length=32, length_spread=0.5)
+    assert TrainConfig.from_dict({**TrainConfig(**base).to_dict(), "version": 5}).length_spread == 0.0
+
+
+def test_a_spread_run_trains_and_resumes_bit_identically(tmp_path):
+    model = ModelConfig(vocab_size=5, d_model=16, n_layers=1, n_heads=2)
+    recipe = dict(steps=4, batch_size=8, eval_every=2, eval_sequences=8, checkpoint_every=2, length_spread=0.5)
+    config = TrainConfig(task="majority", task_args={"num_marked": 3}, model=model, length=32, **recipe)
+    train(config, tmp_path / "straight", progress=False)
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    shutil.rmtree(list_checkpoints(tmp_path / "resumed")[-1])  # as if stopped after step 2
+    train(config, tmp_path / "resumed", resume=True, progress=False)
+    a, b = (
+        TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / n)).state_dict() for n in ("straight", "resumed")
+    )
+    assert all(torch.equal(a[name], b[name]) for name in a)
