@@ -38,6 +38,9 @@ _DROP = 1e30
 # touches dropped entries (kept logits never exceed the row's log-sum-exp).
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
 _EXP_CEIL = 80.0
+# A fixed shift per row is used when it exceeds the row's largest kept logit by at most this: the largest
+# kept weight is then >= exp(-slack), and the floor above only touches weights below exp(floor + slack) of it.
+_SHIFT_SLACK = {torch.float32: 40.0, torch.float64: 350.0}
 
 
 class Training(NamedTuple):
@@ -112,12 +115,14 @@ class _Strip:
         self.r1 = self.r0 + (int(rows[-1]) + 1 if len(rows) else 0)
         return active[:, self.r0 : self.r1, None]
 
-    def logits(self, q_scaled, k_rev, log_gate, threshold, carry, ws: _Workspace, active=None):
+    def logits(self, q_scaled, k_rev, log_gate, threshold, carry, ws: _Workspace, active=None, with_carry=True):
         """Logits s + g * c, the keep mask (0/1) and the count c of rows [r0, r1), in ws buffers 0-2.
 
         Key columns are in reversed order, so the in-block reverse count is a cumulative sum.
         Updates ``carry`` (the kept keys right of the block) in place. Dropped entries hold
         arbitrary finite logits; callers mask them. ``active`` (N, R, 1) drops pruned rows.
+        Without ``with_carry`` the count and the logits leave out the carry (the kept keys right of the block),
+        a constant per row that the caller adds to the row's shift instead.
         With ``ws.scores_transform = (a, b)`` (the surrogate) the scores are also left as a * s + b in ws buffer 4.
         """
         r0, r1 = self.r0, self.r1
@@ -139,8 +144,12 @@ class _Strip:
             keep.unflatten(0, (same.shape[0], -1)).mul_(same)
         if active is not None:
             keep.mul_(active)
-        count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape)).add_(carry[:, r0:r1, None])
-        carry[:, r0:r1] = count[..., -1]
+        count = torch.cumsum(keep, dim=-1, out=ws.get(2, shape))
+        if with_carry:
+            count.add_(carry[:, r0:r1, None])
+            carry[:, r0:r1] = count[..., -1]
+        else:
+            carry[:, r0:r1] += count[..., -1]
         logits.addcmul_(log_gate[:, r0:r1, None], count)
         return logits, keep, count
 
@@ -232,11 +241,35 @@ class _Stats(NamedTuple):
     dropped_count: torch.Tensor | None
 
 
+def bounded_shift(q, k, log_gate, scale: float, threshold: float, local_window: int) -> torch.Tensor | None:
+    """(N, Sq) a fixed softmax shift per row, smax_i + g_i, when it is provably within ``_SHIFT_SLACK`` of the
+    row's largest kept logit; None when some row has no such guarantee (docs/carry.md, section 3.3).
+
+    smax_i = scale |q_i| max_{j <= i} |k_j| bounds the scores of the keys the row can see (no key right of it
+    enters, so a row's bits never depend on a key it cannot see). Every kept logit is s + g c <= smax + g
+    (c >= 1, g <= 0), and the nearest kept key (c = 1) scores at least threshold (at least -smax with a local
+    window or no threshold), so the largest kept logit is at least max(threshold, -smax) + g. Reads the data
+    on the host: CPU tensors only. Not for sliding windows or documents, whose rows see fewer keys."""
+    sq, sk = q.shape[1], k.shape[1]
+    if q.device.type != "cpu" or not q.numel():
+        return None
+    key_norms = k.norm(dim=-1).cummax(dim=-1).values[:, sk - sq :]
+    smax = scale * q.norm(dim=-1) * key_norms
+    lowest = -smax if local_window or threshold == _NEG_INF else torch.clamp(smax.new_tensor(threshold), min=-smax)
+    if bool((smax - lowest).max() > _SHIFT_SLACK[q.dtype]):
+        return None
+    return smax + log_gate
+
+
 def _forward(
     q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows, plan, training=None
 ) -> _Stats:
     """The online softmax over the key blocks (docs/carry.md). ``windows`` is (local_window, sliding_window);
-    ``plan`` the ``StripPlan`` of the segment ids (or None); ``training`` the dropout and surrogate."""
+    ``plan`` the ``StripPlan`` of the segment ids (or None); ``training`` the dropout and surrogate.
+
+    Without pruning or dropout a row's shift is fixed (``bounded_shift``) when the scores allow it, which saves
+    the running maximum and the rescaling of the accumulators; otherwise it is the running maximum of the kept
+    logits (section 3). The surrogate's backward needs that maximum: with tau > 0 it is tracked either way."""
     n, sq, d = q.shape
     sk = k.shape[1]
     dt = q.dtype
@@ -250,6 +283,11 @@ def _forward(
     sums = (torch.zeros_like(acc), torch.zeros_like(norm)) if dropout is not None and training.tau else None
     ws = _Workspace(4, n * sq * min(block, sk), q)
     pruning = None if prune_tau is None else _Pruning(q, k, log_gate, scale, prune_tau)
+    shift = None
+    # Each row sees its whole causal prefix (no sliding window or documents that bind): a fixed shift may do.
+    prefix = (plan is None or plan.whole) and (windows[1] == 0 or windows[1] >= sk)
+    if pruning is None and dropout is None and prefix:
+        shift = bounded_shift(q, k, log_gate, scale, threshold, windows[0])
     for j0, j1 in _blocks(sk, block, first_key(sq, sk, windows[1], plan)):
         strip = _Strip(j0, j1, sq, sk, dt, q.device, *windows, plan)
         active = strip.restrict(None if pruning is None else pruning.active)
@@ -257,21 +295,28 @@ def _forward(
         if r1 == r0:
             continue
         k_rev, v_rev = k[:, j0:j1].flip(1), v[:, j0:j1].flip(1)
-        logits, keep, _ = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws, active)
+        # Without dropout the carry is a constant per row: it joins the row's shift instead of every logit.
+        fold = dropout is None
+        logits, keep, count = strip.logits(q_scaled, k_rev, log_gate, threshold, carry, ws, active, not fold)
+        offset = log_gate[:, r0:r1] * (carry[:, r0:r1] - count[..., -1]) if fold else 0.0  # g * carry before
         if dropout is not None:
             factors = strip.dropout_factors(dropout, ws, logits.shape)
             if sums is not None:
                 kept_dropped_sums(keep, factors, v_rev, sums[0][:, r0:r1], sums[1][:, r0:r1])
             logits.mul_(factors)
-        # Row maximum over kept entries only: dropped entries get -_DROP added.
-        drop_bias = torch.sub(keep, 1.0, out=ws.get(3, logits.shape))
-        block_max = logits.add_(drop_bias, alpha=_DROP).amax(-1)
-        block_max.masked_fill_(block_max < -_DROP / 2, _NEG_INF)
+        if shift is not None:
+            if training.tau:  # the surrogate's backward reads the largest kept logit
+                m[:, r0:r1] = torch.maximum(m[:, r0:r1], _kept_max(logits, keep, ws, inplace=False) + offset)
+            p = _masked_exp(logits.sub_((shift[:, r0:r1] - offset)[..., None]), keep)
+            norm[:, r0:r1].add_(p.sum(-1))
+            acc[:, r0:r1].baddbmm_(p, v_rev)
+            continue
+        block_max = _kept_max(logits, keep, ws, inplace=True) + offset
         m_old = m[:, r0:r1]
         m_new = torch.maximum(m_old, block_max)
         m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)
         alpha = torch.exp(m_old - m_safe)
-        p = _masked_exp(logits.sub_(m_safe[..., None]), keep)
+        p = _masked_exp(logits.sub_((m_safe - offset)[..., None]), keep)
         norm[:, r0:r1].mul_(alpha).add_(p.sum(-1))
         acc[:, r0:r1].mul_(alpha[..., None]).baddbmm_(p, v_rev)
         m_old.copy_(m_new)
@@ -280,9 +325,19 @@ def _forward(
     has_key = norm > 0
     safe_norm = torch.where(has_key, norm, 1.0)
     out = acc.div_(safe_norm[..., None])
-    lse = torch.where(has_key, m + torch.log(safe_norm), float("inf"))
+    top = m if shift is None else shift
+    lse = torch.where(has_key, top + torch.log(safe_norm), float("inf"))
     stop = None if pruning is None else pruning.stop
     return _Stats(out, lse, carry, m, stop, *(sums or (None, None)))
+
+
+def _kept_max(logits, keep, ws: _Workspace, inplace: bool) -> torch.Tensor:
+    """(N, R) the largest logit over kept entries, -inf for a row that keeps none. The dropped entries get
+    -_DROP added (into ``logits`` itself when ``inplace``, else into ws buffer 3)."""
+    bias = torch.sub(keep, 1.0, out=ws.get(3, logits.shape))
+    biased = logits.add_(bias, alpha=_DROP) if inplace else torch.add(logits, bias, alpha=_DROP, out=bias)
+    block_max = biased.amax(-1)
+    return block_max.masked_fill_(block_max < -_DROP / 2, _NEG_INF)
 
 
 class ChunkedTRA(torch.autograd.Function):
