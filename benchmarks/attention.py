@@ -1,8 +1,11 @@
-"""TRA attention benchmark: fwd+bwd time and peak memory against PyTorch SDPA, in the same run.
+"""TRA attention benchmark: forward and fwd+bwd time and peak memory against PyTorch SDPA, in the same run.
 
 CPU mode (default): B=1, H=8, D=64, fp32, S in {1k, 2k, 4k, 8k, 16k}; TRA naive (where it fits in
-memory), TRA chunked and ``scaled_dot_product_attention(is_causal=True)``. Each measurement runs in
-a fresh subprocess so that its peak RSS is its own.
+memory), TRA chunked and ``scaled_dot_product_attention(is_causal=True)``, forward alone (what evaluation
+and generation pay, under no_grad) and forward+backward. A second table times the training options
+(local window 4 with the keep surrogate, then with logit dropout too) on the chunked path against the
+materialised reference, which served them before. Each measurement runs in a fresh subprocess so that its
+peak RSS is its own.
 
     python benchmarks/attention.py --out results/attention_cpu.md
 
@@ -56,48 +59,64 @@ def make_inputs(b, h, s, d, dtype, device, seed=0):
     return q, k, v, log_gate
 
 
-def worker(impl: str, s: int, b: int, h: int, d: int, repeats: int) -> dict:
-    """Time fwd+bwd of one implementation; report the best of ``repeats`` after one warm-up."""
+TRAINING_OPTIONS = {  # name: the op's options, as the tra_local4_surrogate1 method trains (and with dropout)
+    "local 4 + surrogate 1": {"local_window": 4, "keep_surrogate": 1.0},
+    "local 4 + surrogate 1 + dropout 0.1": {"local_window": 4, "keep_surrogate": 1.0, "logit_dropout": 0.1},
+}
+
+
+def worker(spec: dict) -> dict:
+    """Time one implementation: the best of ``repeats`` forwards (no_grad) and fwd+bwd after one warm-up."""
     import torch
     import torch.nn.functional as F
 
     from tra_attn import threshold_relative_attention
 
+    impl, s, b, h, d, repeats = (spec[key] for key in ("impl", "S", "B", "H", "D", "repeats"))
+    options = spec.get("options", {})
     q, k, v, g = make_inputs(b, h, s, d, torch.float32, "cpu")
     grad_out = torch.randn_like(q)
 
-    def run():
+    def forward():
         if impl == "sdpa":
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            out = threshold_relative_attention(q, k, v, g, impl=impl)
-        out.backward(grad_out)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return threshold_relative_attention(q, k, v, g, impl=impl, **options)
+
+    def forward_backward():
+        forward().backward(grad_out)
         for t in (q, k, v, g):
             t.grad = None
 
+    def no_grad_forward():
+        with torch.no_grad():
+            forward()
+
+    # One thread: the process's CPU time, which a busy machine barely changes (time waiting for a core is not
+    # counted); several threads: wall-clock time (CPU time would count the threads' spinning).
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run()
-    times = []
+    forward_backward()
+    times = {"forward": [], "fwd_bwd": []}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
+        for name, fn in (("forward", no_grad_forward), ("fwd_bwd", forward_backward)):
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
-        "impl": impl,
-        "S": s,
-        "B": b,
-        "H": h,
-        "D": d,
-        "seconds": min(times),
+        **spec,
+        "forward_s": min(times["forward"]),
+        "seconds": min(times["fwd_bwd"]),
         "peak_rss_mb": peak / 1024,
         "rss_growth_mb": (peak - base_rss) / 1024,
     }
 
 
-def run_worker(impl, s, b, h, d, repeats) -> dict:
-    cmd = [sys.executable, __file__, "--worker", impl, str(s), str(b), str(h), str(d), str(repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+def run_worker(impl, s, b, h, d, repeats, threads: int | None = None, options: dict | None = None) -> dict:
+    spec = {"impl": impl, "S": s, "B": b, "H": h, "D": d, "repeats": repeats, "options": options or {}}
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark worker {impl} S={s} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,7 +128,7 @@ def naive_fits(s: int, b: int, h: int) -> bool:
     return 8 * 4 * b * h * s * s < total / 2
 
 
-def machine() -> str:
+def machine(threads: int | None = None) -> str:
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -120,53 +139,81 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
+    threads = threads or torch.get_num_threads()
+    return f"{cpu}, {threads} threads, torch {torch.__version__}, Python {platform.python_version()}"
 
 
-def cpu_report(lengths, repeats) -> str:
+def _cell(r, key="seconds"):
+    return f"{r[key]:.3f} s / {r['peak_rss_mb']:,.0f} MB" if r else "does not fit"
+
+
+def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1024, 2048, 4096)) -> str:
     from tra_attn.utils.provenance import git_commit
 
     b, h, d = 1, 8, 64
     rows = []
     for s in lengths:
-        res = {
-            "sdpa": run_worker("sdpa", s, b, h, d, repeats),
-            "chunked": run_worker("chunked", s, b, h, d, repeats),
-        }
+        res = {impl: run_worker(impl, s, b, h, d, repeats, threads) for impl in ("sdpa", "chunked")}
         if naive_fits(s, b, h):
-            res["naive"] = run_worker("naive", s, b, h, d, repeats)
+            res["naive"] = run_worker("naive", s, b, h, d, repeats, threads)
         rows.append((s, res))
-        print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr)
-    check = run_worker("chunked", 8192, 1, 4, 64, 1)
-
-    def cell(r):
-        return f"{r['seconds']:.3f} s / {r['peak_rss_mb']:,.0f} MB" if r else "does not fit"
+        print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr, flush=True)
+    training = []
+    for s in training_lengths:
+        for name, options in TRAINING_OPTIONS.items():
+            res = {"chunked": run_worker("chunked", s, b, h, d, repeats, threads, options)}
+            if s <= 2048 and naive_fits(s, b, h):  # longer: minutes per call, and the memory tells already
+                res["naive"] = run_worker("naive", s, b, h, d, repeats, threads, options)
+            training.append((s, name, res))
+            print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr)
+    check = run_worker("chunked", 8192, 1, 4, 64, 1, threads)
 
     lines = [
-        "# TRA attention on CPU: fwd+bwd time and peak memory",
+        "# TRA attention on CPU: forward and fwd+bwd time, peak memory",
         "",
-        f"Command: `{COMMANDS['cpu']}`  ",
-        f"Machine: {machine()}  ",
+        f"Command: `{COMMANDS['cpu']}{f' --threads {threads}' if threads else ''}`  ",
+        f"Machine: {machine(threads)}  ",
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}",
         "",
-        f"B={b}, H={h}, D={d}, fp32, causal; best of {repeats} fwd+bwd after one warm-up; peak RSS of a fresh "
-        "process (includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate "
-        "pre-activations ~ N(-2, 1). `ratio` = TRA chunked time / SDPA time, measured in the same run.",
+        f"B={b}, H={h}, D={d}, fp32, causal; best of {repeats} after one warm-up, forward (under no_grad: what "
+        "evaluation and generation pay) and forward+backward timed alternately ("
+        + ("the process's CPU time, one thread" if threads == 1 else "wall-clock time")
+        + "); peak RSS of a fresh process "
+        "(includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate pre-activations "
+        "~ N(-2, 1). Ratios are TRA chunked time / SDPA time, measured in the same run.",
         "",
-        "| S | SDPA (is_causal) | TRA naive | TRA chunked | ratio chunked/SDPA |",
-        "|---|---|---|---|---|",
+        "| S | SDPA fwd | TRA chunked fwd | ratio fwd | SDPA fwd+bwd | TRA naive fwd+bwd | TRA chunked fwd+bwd "
+        "| ratio fwd+bwd |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s, res in rows:
-        ratio = res["chunked"]["seconds"] / res["sdpa"]["seconds"]
+        sdpa, chunked = res["sdpa"], res["chunked"]
         lines.append(
-            f"| {s} | {cell(res['sdpa'])} | {cell(res.get('naive'))} | {cell(res['chunked'])} | {ratio:.2f}x |"
+            f"| {s} | {sdpa['forward_s']:.3f} s | {chunked['forward_s']:.3f} s | "
+            f"{chunked['forward_s'] / sdpa['forward_s']:.2f}x | {_cell(sdpa)} | {_cell(res.get('naive'))} | "
+            f"{_cell(chunked)} | {chunked['seconds'] / sdpa['seconds']:.2f}x |"
         )
     lines += [
         "",
         f"Memory check: TRA chunked fwd+bwd at S=8192, B=1, H=4, D=64 peaks at "
         f"{check['peak_rss_mb']:,.0f} MB RSS ({check['rss_growth_mb']:,.0f} MB above the process after setup).",
         "",
+        "## The training options: chunked against the materialised reference",
+        "",
+        "The options `tra_local4_surrogate1` trains with (local window 4, keep surrogate at temperature 1), and "
+        "with logit dropout 0.1 as well, fwd+bwd time / peak RSS. The naive (materialised) path is what served "
+        "them before (O(S^2) memory); the chunked one computes the same values and gradients (to 1e-10 in fp64, "
+        "tests/test_tra_surrogate.py).",
+        "",
+        "| S | options | TRA naive fwd+bwd (up to S = 2048) | TRA chunked fwd+bwd | naive / chunked |",
+        "|---|---|---|---|---|",
     ]
+    for s, name, res in training:
+        naive, chunked = res.get("naive"), res["chunked"]
+        speedup = f"{naive['seconds'] / chunked['seconds']:.1f}x" if naive else "n/a"
+        naive_cell = _cell(naive) if naive or not naive_fits(s, b, h) else "not run"
+        lines.append(f"| {s} | {name} | {naive_cell} | {_cell(chunked)} | {speedup} |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -210,6 +257,12 @@ def gpu_methods(q, k, v, g, prune_tau: float) -> dict:
         f"TRA, early exit (tau={prune_tau:g})": lambda: threshold_relative_attention(
             q, k, v, g, impl="triton", prune_tau=prune_tau
         ),
+        **{
+            f"TRA, {name}": lambda options=options: threshold_relative_attention(
+                q, k, v, g, impl="triton", dropout_seed=0, **options
+            )
+            for name, options in TRAINING_OPTIONS.items()
+        },
     }
 
 
@@ -256,23 +309,25 @@ def gpu_rows(lengths, dims, repeats, prune_tau: float) -> list[dict]:
 
 
 def gpu_correctness() -> list[str]:
-    """bf16 Triton against the fp32 chunked path on two shapes: max abs error of out and grads."""
+    """bf16 Triton against the fp32 chunked path on two shapes, plain and with the training options (the same
+    dropout mask): max abs error of out and grads."""
     import torch
 
-    from tra_attn.ops.tra import tra_chunked
-    from tra_attn.ops.tra.triton_op import tra_triton
+    from tra_attn import threshold_relative_attention
 
     lines = []
-    for b, h, s, d in ((2, 4, 1000, 64), (1, 2, 2047, 128)):
-        q, k, v, g = make_inputs(b, h, s, d, torch.bfloat16, "cuda")
-        grad_out = torch.randn_like(q)
-        out = tra_triton(q, k, v, g, d**-0.5, 0.0)
-        grads = torch.autograd.grad(out, (q, k, v, g), grad_out)
-        ref_in = [t.detach().float().requires_grad_() for t in (q, k, v, g)]
-        ref = tra_chunked(*ref_in, d**-0.5, 0.0)
-        ref_grads = torch.autograd.grad(ref, ref_in, grad_out.float())
-        errs = [(a.float() - e).abs().max().item() for a, e in zip((out, *grads), (ref, *ref_grads))]
-        lines.append(f"| B={b} H={h} S={s} D={d} | " + " | ".join(f"{e:.1e}" for e in errs) + " |")
+    for options_name, options in {"exact": {}, **TRAINING_OPTIONS}.items():
+        for b, h, s, d in ((2, 4, 1000, 64), (1, 2, 2047, 128)):
+            q, k, v, g = make_inputs(b, h, s, d, torch.bfloat16, "cuda")
+            grad_out = torch.randn_like(q)
+            options = {**options, "dropout_seed": 0}
+            out = threshold_relative_attention(q, k, v, g, impl="triton", **options)
+            grads = torch.autograd.grad(out, (q, k, v, g), grad_out)
+            ref_in = [t.detach().float().requires_grad_() for t in (q, k, v, g)]
+            ref = threshold_relative_attention(*ref_in, impl="chunked", **options)
+            ref_grads = torch.autograd.grad(ref, ref_in, grad_out.float())
+            errs = [(a.float() - e).abs().max().item() for a, e in zip((out, *grads), (ref, *ref_grads))]
+            lines.append(f"| B={b} H={h} S={s} D={d}, {options_name} | " + " | ".join(f"{e:.1e}" for e in errs) + " |")
     return lines
 
 
@@ -298,7 +353,8 @@ def gpu_report(lengths, dims, repeats, prune_tau) -> str:
         "(strongly forgetting heads, median log gate about -2.1). Ratios are TRA throughput over SDPA "
         "flash throughput, measured in the same run. The packed row cuts the same tokens into documents of "
         f"{PACKED_DOCUMENT} (segment ids) and counts the same FLOPs: its ratio over the TRA row is the speed-up "
-        "of packing.",
+        "of packing. The training rows run the options of `tra_local4_surrogate1` (local window 4, keep "
+        "surrogate 1), then with logit dropout 0.1 too, through the fused kernels.",
         "",
         "| S | D | method | fwd TFLOP/s | bwd TFLOP/s | fwd ratio | bwd ratio | peak MB (fwd+bwd) |",
         "|---|---|---|---|---|---|---|---|",
@@ -329,17 +385,17 @@ def main(argv=None) -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128], help="head dims (cuda)")
     parser.add_argument("--prune-tau", type=float, default=10.0, help="early-exit tau (cuda)")
     parser.add_argument("--repeats", type=int, help="default: 3 (cpu), 20 (cuda)")
+    parser.add_argument("--threads", type=int, help="CPU threads of every measurement (default: torch's)")
     parser.add_argument("--out", type=Path, help="also write the Markdown report here (atomically)")
-    parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        impl, *nums = args.worker
-        print(json.dumps(worker(impl, *map(int, nums))))
+        print(json.dumps(worker(json.loads(args.worker))))
         return
     if args.device == "cuda":
         report = gpu_report(args.lengths or [2048, 4096, 8192, 16384], args.dims, args.repeats or 20, args.prune_tau)
     else:
-        report = cpu_report(args.lengths or [1024, 2048, 4096, 8192, 16384], args.repeats or 3)
+        report = cpu_report(args.lengths or [1024, 2048, 4096, 8192, 16384], args.repeats or 3, args.threads)
     print(report)
     if args.out:
         from tra_attn.utils.atomic import atomic_write_text

@@ -86,6 +86,19 @@ OPTION_CASES = [
     ({"sliding_window": -3}, r"sliding_window = -3; expected a non-negative integer \(0: off; w > 0: only the w"),
     ({"sliding_window": "8"}, r"sliding_window = '8' \(a str\); expected a non-negative integer"),
     ({"sliding_window": None}, r"sliding_window = None \(a NoneType\); expected a non-negative integer"),
+    ({"dropout_seed": 1.5}, r"dropout_seed = 1\.5; expected None, an integer or a 0-dim integer tensor"),
+    ({"dropout_seed": True}, r"dropout_seed = True \(a bool\); expected None, an integer or a 0-dim integer"),
+    ({"dropout_seed": "7"}, r"dropout_seed = '7' \(a str\); expected None, an integer"),
+    ({"dropout_seed": torch.tensor([7])}, r"dropout_seed = tensor\(\[7\]\) \(a Tensor\); expected None, an"),
+    ({"dropout_seed": torch.tensor(7.0)}, r"dropout_seed = tensor\(7\.\) \(a Tensor\); expected None, an"),
+    (
+        {"impl": "chunked", "prune_tau": 5.0, "logit_dropout": 0.1},
+        r"prune_tau = 5\.0; expected None with logit_dropout = 0\.1 for impl='chunked' \(the early exit's bound",
+    ),
+    (
+        {"impl": "chunked", "prune_tau": 5.0, "keep_surrogate": 1.0},
+        r"prune_tau = 5\.0; expected None with keep_surrogate = 1\.0 for impl='chunked'",
+    ),
 ]
 
 
@@ -105,6 +118,32 @@ def test_triton_needs_cuda_or_the_interpreter_and_a_head_dim_up_to_128(monkeypat
         threshold_relative_attention(*inputs(d=160), impl="triton")
     with pytest.raises(ValueError, match=r"q\.dtype = torch\.float64; expected float32, bfloat16 or float16 for impl="):
         threshold_relative_attention(*inputs(dtype=torch.float64), impl="triton")
+
+
+def test_triton_refuses_early_exit_with_dropout_or_the_surrogate(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    for option in ({"logit_dropout": 0.2}, {"keep_surrogate": 0.5}):
+        name, value = next(iter(option.items()))
+        with pytest.raises(
+            ValueError, match=rf"prune_tau = 3\.0; expected None with {name} = {value} for impl='triton'"
+        ):
+            threshold_relative_attention(*inputs(), impl="triton", prune_tau=3.0, **option)
+
+
+def test_auto_serves_early_exit_with_dropout_on_the_reference_which_does_not_prune():
+    q, k, v, g = inputs(sq=9, sk=9)
+    options = {"prune_tau": 3.0, "logit_dropout": 0.3, "dropout_seed": 4}
+    expected = threshold_relative_attention(q, k, v, g, impl="naive", logit_dropout=0.3, dropout_seed=4)
+    assert torch.equal(threshold_relative_attention(q, k, v, g, **options), expected)
+
+
+def test_validate_inputs_takes_the_options_by_keyword_only():
+    from tra_attn.ops.tra.dispatch import validate_inputs
+
+    with pytest.raises(TypeError, match="positional"):
+        validate_inputs(*inputs(), None, 0.0, "auto")
+    assert validate_inputs(*inputs(), local_window=2, sliding_window=3) is None
 
 
 def test_validate_false_skips_only_the_value_check():

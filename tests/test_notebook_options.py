@@ -16,21 +16,22 @@ from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.cope import cope_attention
 from tra_attn.ops.fox import forgetting_attention
 from tra_attn.ops.masks import causal_mask
-from tra_attn.ops.tra.naive import keep_mask, tra_naive
+from tra_attn.ops.tra.naive import dropout_factors, keep_mask, tra_naive
 
 KINDS = sorted(ATTENTION_KINDS)
 P = 0.3  # large enough that every test row sees dropped logits
 
 
-def notebook_tra(q, k, v, log_gate, p):
-    """A line-by-line transcription of the notebook's TRA forward (training mode), -1e11 fills and all."""
+def notebook_tra(q, k, v, log_gate, dropout):
+    """A line-by-line transcription of the notebook's TRA forward (training mode), -1e11 fills and all;
+    ``dropout`` stands for the notebook's F.dropout(., p), so that both sides can draw the same mask."""
     n = q.shape[-2]
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     scores = scores.masked_fill(~causal_mask(n, n), -1e11)
     scores = F.relu(scores)
     mask = scores == 0
     distance = ((~mask) * log_gate[..., None]).flip(-1).cumsum(-1).flip(-1)
-    attn = F.dropout(scores + distance, p, training=True)
+    attn = dropout(scores + distance)
     attn = attn.masked_fill(mask, -1e11)
     attn = torch.softmax(attn, dim=-1)
     attn = attn.masked_fill(mask.all(-1, keepdim=True), 0)
@@ -45,28 +46,32 @@ def inputs(seed=0, b=2, h=3, s=11, d=8):
 
 
 def test_tra_logit_dropout_equals_the_notebook_forward():
+    """The notebook's dropout, F.dropout on the logits, given the op's mask (a hash of the seed and the
+    position, ops/tra/dropout.py): a dropped logit becomes 0 and stays in the softmax, a kept one is scaled."""
     q, k, v, log_gate = inputs()
     q[0, 0, 0] = -k[0, 0, 0]  # the first query keeps no key: a zero row
-    torch.manual_seed(5)
-    ours = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P)
-    torch.manual_seed(5)
-    theirs = notebook_tra(q, k, v, log_gate, P)
+    ours = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P, dropout_seed=5)
+    factors = dropout_factors(P, 5, torch.empty(2, 3, 11, 11, dtype=torch.float64))
+    theirs = notebook_tra(q, k, v, log_gate, lambda logits: logits * factors)
     torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=1e-12)
     assert ours[0, 0, 0].abs().max() == 0
-    torch.manual_seed(6)
-    assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P))
+    assert set(factors.unique().tolist()) == {0.0, 1 / (1 - P)}
+    assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=6))
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
-def test_the_op_drops_logits_on_the_naive_path_whatever_the_impl(impl):
+def test_every_impl_drops_the_same_logits(impl):
     q, k, v, log_gate = inputs()
-    torch.manual_seed(5)
-    ours = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P)
-    torch.manual_seed(5)
-    torch.testing.assert_close(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P), atol=1e-15, rtol=0)
+    ours = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P, dropout_seed=5)
+    reference = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=5)
+    torch.testing.assert_close(ours, reference, atol=1e-14, rtol=0)
     assert not torch.allclose(ours, threshold_relative_attention(q, k, v, log_gate, impl=impl))
+    torch.manual_seed(5)  # no seed: one drawn from torch's generator, the same after the same manual_seed
+    drawn = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P)
+    torch.manual_seed(5)
+    assert torch.equal(drawn, threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P))
     q[0, 1, 3, 0] = math.nan  # the op's non-finite rule holds with dropout too: that row is NaN, no other
-    out = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P)
+    out = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P, dropout_seed=5)
     assert out[0, 1, 3].isnan().all() and out.isnan().sum() == out.shape[-1]
 
 

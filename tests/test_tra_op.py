@@ -9,6 +9,7 @@ import torch
 
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.tra import tra_chunked, tra_naive
+from tra_attn.ops.tra.chunked import bounded_shift
 from tra_attn.ops.tra.naive import keep_mask
 
 from .conftest import assert_close, output_and_grads, tra_inputs
@@ -71,6 +72,27 @@ def test_unnormalised_inputs_and_custom_scale():
     actual = output_and_grads(_chunked(0.9, 0.2, 16), [q, k, v, g], grad_out)
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-10, rtol=1e-10, name=name)
+
+
+@pytest.mark.parametrize("local_window", [0, 3])
+def test_the_fixed_shift_and_the_running_maximum_both_give_tra(local_window):
+    """The chunked forward shifts each row by smax_i + g_i when that is provably near its largest kept logit
+    (docs/carry.md, section 3.3), extreme gates included, and by the running maximum when the scores are too
+    large for the guarantee; both are TRA."""
+    q, k, v, g = tra_inputs(1, 2, 70, 70, 16, dtype=torch.float32, seed=6, requires_grad=False)
+    g[0, 0, ::7] = -1e4  # each kept key beyond the nearest one weighs exp(-1e4) of it
+    grad_out = torch.randn(1, 2, 70, 16)
+    for factor, fixed in ((1.0, True), (4.0, False)):  # smax = 16 factor^2 / 4: within the slack of 40, or not
+        inputs = [t * factor if i < 2 else t for i, t in enumerate((q, k, v, g))]
+        flat = [t.reshape(2, *t.shape[2:]) for t in inputs]
+        assert (bounded_shift(flat[0], flat[1], flat[3], 0.25, 0.1, local_window) is not None) == fixed
+        inputs = [t.clone().requires_grad_() for t in inputs]
+        expected = output_and_grads(
+            lambda *x: tra_naive(*x, 0.25, 0.1, 0.0, local_window), [t.double() for t in inputs], grad_out.double()
+        )
+        actual = output_and_grads(lambda *x: tra_chunked(*x, 0.25, 0.1, 16, None, local_window), inputs, grad_out)
+        for name, a, e in zip(NAMES, actual, expected):
+            assert_close(a, e, atol=2e-5 * max(1.0, e.abs().max().item()), name=f"{name}, fixed shift {fixed}")
 
 
 @pytest.mark.parametrize("sq,sk,block", [(9, 9, 4), (6, 11, 4), (1, 7, 3)])

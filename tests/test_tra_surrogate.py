@@ -11,11 +11,12 @@ import torch
 from tra_attn import ModelConfig, TransformerLM, threshold_relative_attention
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.ops.masks import causal_mask
+from tra_attn.ops.tra import dispatch, tra_chunked
 from tra_attn.ops.tra.naive import keep_mask
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
 
-from .conftest import tra_inputs
+from .conftest import assert_close, tra_inputs
 
 THRESHOLD = 0.25
 
@@ -228,3 +229,60 @@ def test_keys_the_score_does_not_decide_get_no_surrogate_gradient(windows):
     plain = grads(op(inputs, **options), inputs, weights)
     for a, b in zip(surrogate, plain):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+# The fast paths: the same values, and the materialised surrogate's gradient in O(S) memory (docs/backward.md,
+# section 7), with windows, documents and padding, odd lengths, rows with no kept key and logit dropout.
+
+# (name, B, Sq, Sk, local_window, sliding_window, segment ids or None, chunked block)
+FAST_CASES = [
+    ("plain", 2, 37, 37, 0, 0, None, 8),
+    ("decode-chunk", 1, 13, 40, 0, 0, None, 16),
+    ("local", 1, 45, 45, 3, 0, None, 16),
+    ("sliding", 1, 45, 45, 0, 7, None, 8),
+    ("both", 2, 33, 40, 2, 9, None, 8),
+    ("documents+padding", 1, 37, 37, 2, 0, torch.tensor([[0] * 10 + [1] * 20 + [-1] * 7], dtype=torch.int32), 8),
+    ("left-padding", 2, 23, 23, 0, 0, torch.tensor([[-1] * 6 + [0] * 17, [0] * 23], dtype=torch.int32), 8),
+]
+
+
+def fast_case(case, dtype=torch.float64):
+    _, b, sq, sk, local, sliding, seg, block = case
+    inputs = tra_inputs(b, 2, sq, sk, 8, dtype=dtype, seed=3)
+    with torch.no_grad():
+        inputs[0][0, 0, :3] = -inputs[1][0, 0, sk - sq : sk - sq + 3]  # rows that keep no key (threshold 0.25)
+    options = {"local_window": local, "sliding_window": sliding, "segment_ids": seg}
+    return inputs, options, block
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["exact-logits", "dropout"])
+@pytest.mark.parametrize("case", FAST_CASES, ids=lambda c: c[0])
+def test_chunked_surrogate_equals_the_materialised_one(case, dropout, monkeypatch):
+    inputs, options, block = fast_case(case)
+    weights = torch.randn_like(inputs[0])
+    training = {"logit_dropout": dropout, "dropout_seed": 11}
+    expected = grads(op(inputs, 0.7, **options, **training), inputs, weights)
+    monkeypatch.setattr(dispatch, "tra_surrogate", None)  # the chunked path must not materialise anything
+    monkeypatch.setattr(dispatch, "tra_naive", None)
+    scale = 8**-0.5
+    exact, relaxed = (
+        tra_chunked(*inputs, scale, THRESHOLD, block, None, **options, keep_surrogate=tau, **training)
+        for tau in (0.0, 0.7)
+    )
+    assert torch.equal(relaxed, exact)  # the forward is the exact op's, bit for bit
+    actual = grads(relaxed, inputs, weights)
+    for name, a, e in zip(("dq", "dk", "dv", "dgate"), actual, expected):
+        assert_close(a, e, atol=1e-10 * max(1.0, e.abs().max().item()), name=name)
+    assert (expected[1] - grads(exact, inputs, weights)[1]).abs().max() > 1e-3  # the surrogate did change dk
+
+
+def test_the_op_runs_the_surrogate_on_the_chunked_path(monkeypatch):
+    inputs = tra_inputs(1, 2, 40, 40, 8, seed=5)
+    expected = op(inputs, 0.5, logit_dropout=0.2, dropout_seed=3)
+    monkeypatch.setattr(dispatch, "tra_surrogate", None)
+    q, k, v, g = inputs
+    for impl in ("auto", "chunked"):
+        actual = threshold_relative_attention(
+            q, k, v, g, threshold=THRESHOLD, impl=impl, keep_surrogate=0.5, logit_dropout=0.2, dropout_seed=3
+        )
+        assert_close(actual, expected, atol=1e-14)

@@ -122,11 +122,12 @@ def test_windows_that_do_not_bind_are_bit_identical_to_none(impl, threshold, win
 
 def test_only_local_keys_kept_is_a_windowed_alibi():
     """No key passes the threshold: the local window alone is kept, c_ij = d + 1, and the row is a softmax of
-    s_ij + g_i (d + 1) over its last w keys; with w = 1 the output is the query's own value."""
+    s_ij + g_i (d + 1) over its last w keys; with w = 1 the output is the query's own value (up to rounding:
+    chunked may shift the softmax by a bound rather than by the logit, docs/carry.md section 3.3)."""
     q, k, v, g = tra_inputs(1, 2, 20, 20, 8, requires_grad=False)
     for impl in ("naive", "chunked"):
         own = threshold_relative_attention(q, k, v, g, threshold=1e9, impl=impl, local_window=1)
-        assert torch.equal(own, v) if impl == "chunked" else torch.allclose(own, v, atol=1e-15)
+        assert torch.allclose(own, v, atol=1e-15, rtol=1e-15)
         out = threshold_relative_attention(q, k, v, g, threshold=1e9, impl=impl, local_window=3)
         scores = q @ k.transpose(-1, -2) / math.sqrt(8)
         d = torch.arange(20)[:, None] - torch.arange(20)[None, :]

@@ -208,9 +208,11 @@ class TRAAttention(Attention):
     def op(
         self, q, k, v, log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0, **documents
     ) -> torch.Tensor:
-        """The TRA op on these heads, with the configured implementation (the materialised one when the
-        logits are dropped or the keep decision is relaxed: training with attention_dropout or
-        keep_surrogate). ``documents``: ``segment_ids`` of a packed or padded batch, or nothing."""
+        """The TRA op on these heads, with the configured implementation (every implementation serves the logit
+        dropout of attention_dropout and the keep surrogate, in training). The dropout's seed is drawn by the op
+        from torch's generator, once per call: the training loop seeds and checkpoints that generator, so a
+        resumed run drops the logits the uninterrupted one dropped. ``documents``: ``segment_ids`` of a packed or
+        padded batch, or nothing."""
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
         return threshold_relative_attention(
             q,

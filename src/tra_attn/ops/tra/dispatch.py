@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from typing import NamedTuple
 
 import torch
 
 from ..varlen import segment_ids_from
 from .chunked import tra_chunked
+from .dropout import seed_tensor
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
@@ -39,12 +41,14 @@ def validate_inputs(
     k,
     v,
     log_gate,
-    scale,
-    threshold,
-    impl,
+    *,
+    scale=None,
+    threshold=0.0,
+    impl="auto",
     prune_tau=None,
     check_values: bool = True,
     logit_dropout=0.0,
+    dropout_seed=None,
     local_window=0,
     sliding_window=0,
     keep_surrogate=0.0,
@@ -104,6 +108,8 @@ def validate_inputs(
             _shown(keep_surrogate),
             "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
         )
+    _check_dropout_seed(dropout_seed)
+    _check_served(impl, prune_tau, logit_dropout, keep_surrogate)
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -118,6 +124,31 @@ def validate_inputs(
     return segment_ids_from(b, k.shape[2], q.device, **documents, check_values=check_values)
 
 
+def _check_dropout_seed(seed) -> None:
+    """None, an integer, or a 0-dim integer tensor (on any device: it is moved, not read)."""
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
+        return
+    integer = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    if isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in integer:
+        return
+    _fail("dropout_seed", _shown(seed), "None, an integer or a 0-dim integer tensor (the logit dropout's mask)")
+
+
+def _check_served(impl: str, prune_tau, logit_dropout, keep_surrogate) -> None:
+    """The early exit's bound holds for the exact logits only: the fast paths refuse it with dropout or the
+    surrogate (whose gradient reaches keys the exit skips). "naive" ignores prune_tau, and "auto" picks it."""
+    if prune_tau is None or impl not in ("chunked", "triton"):
+        return
+    for name, value in (("logit_dropout", logit_dropout), ("keep_surrogate", keep_surrogate)):
+        if value:
+            _fail(
+                "prune_tau",
+                _shown(prune_tau),
+                f"None with {name} = {value!r} for impl={impl!r} (the early exit's bound holds for the exact "
+                "logits only; impl='naive' or 'auto' runs the materialised reference, which does not prune)",
+            )
+
+
 def threshold_relative_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -129,6 +160,7 @@ def threshold_relative_attention(
     impl: str = "auto",
     prune_tau: float | None = None,
     logit_dropout: float = 0.0,
+    dropout_seed: int | torch.Tensor | None = None,
     local_window: int = 0,
     sliding_window: int = 0,
     keep_surrogate: float = 0.0,
@@ -153,9 +185,11 @@ def threshold_relative_attention(
             Exact TRA when None (and always for "naive").
         logit_dropout: probability p in [0, 1) of dropping each pre-softmax logit, for training (the TRA
             authors' placement, ops/logit_dropout.py: kept logits are scaled by 1 / (1 - p), dropped ones
-            become 0 and stay in the softmax; draws from torch's RNG). p > 0 materialises the logits: it
-            runs "naive" whatever ``impl`` says. The keep decision is the same as without dropout. The
-            contract below is the p = 0 case.
+            become 0 and stay in the softmax). The keep decision is the same as without dropout. Every
+            implementation drops the same logits: the mask is a hash of (dropout_seed, b, h, i, j)
+            (ops/tra/dropout.py, docs/op_contract.md section 5). The contract below is the p = 0 case.
+        dropout_seed: the mask's seed, an integer or a 0-dim integer tensor (read on its device: no host
+            synchronisation); None draws one from torch's generator on q's device.
         local_window: w >= 0; the w most recent keys (distance d = i - j < w, the query's own key at d = 0)
             are kept whatever their score, and counted in c_ij like every kept key. 0: off.
         sliding_window: w >= 0; keys at distance d >= w are never kept (a window that does not grow with
@@ -166,8 +200,10 @@ def threshold_relative_attention(
             (ops/tra/surrogate.py): the forward values are exact TRA, bit for bit, but the backward treats
             the keep bit as a weight m_ij in the softmax and in the counts, with dm_ij/ds_ij =
             sigmoid'((s_ij - threshold) / tau) / tau, so keys near the threshold (dropped ones too) get
-            gradient. tau > 0 materialises the logits: it runs "naive" whatever ``impl`` says (after the
-            logit dropout, if any). 0 (the default) is the exact op, whose keep mask carries no gradient.
+            gradient, computed by every impl in its own memory (docs/backward.md, section 7), after the logit
+            dropout if any. 0 (the default) is the exact op, whose keep mask carries no gradient.
+            With ``prune_tau``, "chunked" and "triton" refuse ``logit_dropout`` and ``keep_surrogate`` (the
+            early exit's bound holds for the exact logits); "auto" then runs "naive", which never prunes.
         cu_seqlens: packed documents, flash-attn's convention: (N+1,) int32 offsets 0 = c_0 < ... < c_N = Sk
             of N documents concatenated along the sequence, B = 1.
         key_padding_mask: (B, Sk) bool or integer, 1 for a real token and 0 for padding (Hugging Face's
@@ -202,54 +238,79 @@ def threshold_relative_attention(
         k,
         v,
         log_gate,
-        scale,
-        threshold,
-        impl,
-        prune_tau,
-        check_values,
-        logit_dropout,
-        local_window,
-        sliding_window,
-        keep_surrogate,
-        cu_seqlens,
-        key_padding_mask,
-        segment_ids,
+        scale=scale,
+        threshold=threshold,
+        impl=impl,
+        prune_tau=prune_tau,
+        check_values=check_values,
+        logit_dropout=logit_dropout,
+        dropout_seed=dropout_seed,
+        local_window=local_window,
+        sliding_window=sliding_window,
+        keep_surrogate=keep_surrogate,
+        cu_seqlens=cu_seqlens,
+        key_padding_mask=key_padding_mask,
+        segment_ids=segment_ids,
     )
-    windows = (local_window, sliding_window)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    prune_tau = None if prune_tau is None else float(prune_tau)
+    options = _Options(
+        1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
+        float(threshold),
+        None if prune_tau is None else float(prune_tau),
+        (local_window, sliding_window),
+        seg,
+        float(keep_surrogate),
+        float(logit_dropout),
+        seed_tensor(dropout_seed, q.device) if logit_dropout else None,
+    )
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, seg)
-        threshold, dropout = float(threshold), float(logit_dropout)
-        if keep_surrogate:
-            out = tra_surrogate(q, k, v, log_gate, scale, threshold, float(keep_surrogate), dropout, *windows, seg)
-        elif logit_dropout:
-            out = tra_naive(q, k, v, log_gate, scale, threshold, dropout, *windows, seg)
-        else:
-            out = _dispatch(q, k, v, log_gate, scale, threshold, impl, prune_tau, windows, seg)
+        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, options), options)
         return poison(out, poisoned)
 
 
-def _dispatch(
-    q, k, v, log_gate, scale: float, threshold: float, impl: str, prune_tau: float | None, windows, segment_ids
-):
-    if impl == "auto":
-        # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
-        fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
-        impl = "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
+class _Options(NamedTuple):
+    """A call's options, checked and converted (the seed drawn, when dropout needs one)."""
+
+    scale: float
+    threshold: float
+    prune_tau: float | None
+    windows: tuple[int, int]
+    segment_ids: torch.Tensor | None
+    keep_surrogate: float
+    logit_dropout: float
+    dropout_seed: torch.Tensor | None
+
+
+def _resolve(impl: str, q: torch.Tensor, options: _Options) -> str:
+    """The implementation "auto" stands for: triton for CUDA tensors it fits, chunked otherwise, and the
+    materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
+    if impl != "auto":
+        return impl
+    if options.prune_tau is not None and (options.logit_dropout or options.keep_surrogate):
+        return "naive"
+    # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
+    fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
+    return "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
+
+
+def _dispatch(q, k, v, log_gate, impl: str, options: _Options):
+    scale, threshold, prune_tau, windows, segment_ids, tau, p, seed = options
     if impl == "naive":
-        return tra_naive(q, k, v, log_gate, scale, threshold, 0.0, *windows, segment_ids)
+        if tau:
+            return tra_surrogate(q, k, v, log_gate, scale, threshold, tau, p, *windows, segment_ids, seed)
+        return tra_naive(q, k, v, log_gate, scale, threshold, p, *windows, segment_ids, seed)
+    training = {"keep_surrogate": tau, "logit_dropout": p, "dropout_seed": seed}
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
-        if _split_kv_decode(q, k, v, log_gate, prune_tau):
+        if not p and _split_kv_decode(q, k, v, log_gate, prune_tau):
             n_splits = min(SPLIT_KV_MAX_SPLITS, k.shape[2] // SPLIT_KV_MIN_KEYS)
             stats = (n_splits, forward_stats, *windows, segment_ids)
             return split_kv_attention(q, k, v, log_gate, scale, threshold, *stats)
-        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows, segment_ids)
-    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows, segment_ids)
+        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows, segment_ids, **training)
+    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows, segment_ids, **training)
 
 
 def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:

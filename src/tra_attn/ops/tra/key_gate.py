@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..masks import compute_dtype
-from .naive import keep_mask, reverse_cumsum, softmax_weights
+from ..masks import compute_dtype, dropped_softmax, masked_softmax
+from .naive import keep_mask, reverse_cumsum
 
 
 def tra_key_gate_naive(
@@ -40,4 +40,6 @@ def tra_key_gate_naive(
         scores = scale * (qc @ kc.transpose(-1, -2))
         keep = keep_mask(scores, threshold, local_window, sliding_window, segment_ids)
         distance = reverse_cumsum(keep.to(cdt) * key_log_gate.to(cdt)[..., None, :])
-        return (softmax_weights(scores + distance, keep, logit_dropout) @ vc).to(q.dtype)
+        logits = scores + distance
+        weights = dropped_softmax(logits, keep, logit_dropout) if logit_dropout else masked_softmax(logits, keep)
+        return (weights @ vc).to(q.dtype)

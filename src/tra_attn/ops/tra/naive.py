@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ..masks import causal_mask, compute_dtype, dropped_softmax, masked_softmax, relative_distance
+from ..masks import causal_mask, compute_dtype, masked_softmax, relative_distance
 from ..varlen import segment_mask
+from .dropout import LogitDropout
 
 
 def keep_mask(
@@ -61,15 +62,18 @@ def tra_naive(
     local_window: int = 0,
     sliding_window: int = 0,
     segment_ids: torch.Tensor | None = None,
+    dropout_seed=None,
 ) -> torch.Tensor:
     """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md.
 
     ``logit_dropout`` > 0 drops logits before the softmax, as the authors' notebook does in training
-    (ops/logit_dropout.py); the op contract is the p = 0 case. ``local_window``, ``sliding_window`` and
-    ``segment_ids`` (B, Sk) change the keep rule (``keep_mask``).
+    (ops/logit_dropout.py), with the mask of ``dropout_seed`` (``dropout.py``; None: drawn from torch's
+    generator); the op contract is the p = 0 case. ``local_window``, ``sliding_window`` and ``segment_ids``
+    (B, Sk) change the keep rule (``keep_mask``).
     """
     scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
-    return (softmax_weights(logits, keep, logit_dropout) @ v.to(logits.dtype)).to(q.dtype)
+    factors = dropout_factors(logit_dropout, dropout_seed, logits)
+    return (softmax_weights(logits, keep, factors) @ v.to(logits.dtype)).to(q.dtype)
 
 
 def tra_logits(
@@ -89,8 +93,19 @@ def tra_logits(
     return scores, keep, scores + log_gate.to(cdt)[..., None] * count.to(cdt)
 
 
-def softmax_weights(logits: torch.Tensor, keep: torch.Tensor, logit_dropout: float) -> torch.Tensor:
-    """``masked_softmax``, after dropout on the logits when ``logit_dropout`` > 0."""
-    if not logit_dropout:
+def dropout_factors(p: float, seed, logits: torch.Tensor) -> torch.Tensor | None:
+    """(B, H, Sq, Sk) multipliers of the logits (B, H, Sq, Sk) under logit dropout p: 0 where the hash of
+    ``dropout.py`` drops a logit, 1 / (1 - p) elsewhere; None when p = 0."""
+    if not p:
+        return None
+    b, h, sq, sk = logits.shape
+    dropout = LogitDropout(p, seed, b, h, sq, sk, logits.device)
+    return dropout.factors(dropout.rows[..., None], dropout.cols, logits.dtype)
+
+
+def softmax_weights(logits: torch.Tensor, keep: torch.Tensor, factors: torch.Tensor | None) -> torch.Tensor:
+    """``masked_softmax``, after the dropout ``factors`` (``dropout_factors``) on the logits: a dropped logit
+    becomes 0 and stays in the softmax, a kept one is scaled by 1 / (1 - p) (ops/logit_dropout.py)."""
+    if factors is None:
         return masked_softmax(logits, keep)
-    return dropped_softmax(logits, keep, logit_dropout)
+    return masked_softmax(torch.where(keep, logits, 0.0) * factors, keep)

@@ -67,6 +67,7 @@ class StripPlan:
     def __init__(self, segments: Segments, sq: int, sk: int, block: int, sliding_window: int):
         self.segments = segments
         self.block = block
+        self.whole = False  # every position of every batch row is one real document (the ids bind nothing)
         if torch.compiler.is_compiling():  # a host read would break the graph: skip nothing, mask every strip
             blocks = len(range(0, sk, block))
             self.first_key, self.rows_end, self.masked = 0, [sq] * blocks, [True] * blocks
@@ -88,6 +89,7 @@ class StripPlan:
         self.first_key = int(reach[:, 0].min()) if sq and sk else 0
         self.rows_end = r1.tolist()
         self.masked = masked.tolist()
+        self.whole = bool(((segments.keys == segments.keys[:, :1]) & (segments.keys >= 0)).all())
 
     def mask(self, r0: int, r1: int, j0: int, j1: int, dtype) -> torch.Tensor | None:
         """(B, 1, r1 - r0, j1 - j0) 0/1: row and key (reversed, as in the strip) share a document; None when

@@ -18,11 +18,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
-from ..masks import masked_softmax, relative_distance
+from ..masks import relative_distance
 from ..varlen import segment_mask
-from .naive import reverse_cumsum, tra_logits
+from .naive import dropout_factors, reverse_cumsum, softmax_weights, tra_logits
 
 
 def tra_surrogate(
@@ -37,22 +36,23 @@ def tra_surrogate(
     local_window: int = 0,
     sliding_window: int = 0,
     segment_ids: torch.Tensor | None = None,
+    dropout_seed=None,
 ) -> torch.Tensor:
     """``tra_naive``'s output (and its gradient) plus the surrogate gradient of temperature ``tau`` > 0.
 
     The output is exact + (relaxed - relaxed.detach()): the same values as ``tra_naive`` (x - x is 0 for
     the finite ``relaxed``), the exact gradient, and the derivative of the relaxed form with respect to m
     chained through the sigmoid into q and k. ``logit_dropout`` > 0 drops the logits as ``tra_naive``
-    does, and the relaxed form sees the same dropped logits. ``local_window`` and ``sliding_window`` change
-    the keep rule as in ``tra_naive``, and so do ``segment_ids`` (B, Sk); a key kept by the local window, or
-    outside the sliding window or the query's document, has no keep decision to relax (its m is constant).
+    does (the mask of ``dropout_seed``), and the relaxed form sees the same dropped logits. ``local_window``
+    and ``sliding_window`` change the keep rule as in ``tra_naive``, and so do ``segment_ids`` (B, Sk); a key
+    kept by the local window, or outside the sliding window or the query's document, has no keep decision to
+    relax (its m is constant).
     """
     scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
     cdt = logits.dtype
     vc, gc = v.to(cdt), log_gate.to(cdt)
-    drop = F.dropout(torch.ones_like(logits), logit_dropout, training=True) if logit_dropout else None
-    # The dropped softmax of ops/masks.py (dropped_softmax), with the dropout factors kept for the relaxed form.
-    exact = masked_softmax(logits if drop is None else torch.where(keep, logits, 0.0) * drop, keep) @ vc
+    drop = dropout_factors(logit_dropout, dropout_seed, logits)
+    exact = softmax_weights(logits, keep, drop) @ vc
     # Where the rule does not compare the score (non-causal, outside the sliding window or the document, inside
     # the local window) m is the constant keep bit.
     decided = decided_by_score(scores, local_window, sliding_window, segment_ids)

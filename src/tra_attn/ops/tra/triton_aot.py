@@ -6,6 +6,7 @@ missing tensor-core path before anything reaches a GPU:
 
     python -m tra_attn.ops.tra.triton_aot            # table; exit code 1 on spills or failures
     python -m tra_attn.ops.tra.triton_aot --json     # one JSON object per kernel configuration
+    python -m tra_attn.ops.tra.triton_aot --quick    # the training kernels in their worst case only (CI)
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from .triton_op import CONFIGS, DOT_SCAN  # noqa: E402
 
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90
 _DATA_POINTERS = {"Q", "K", "V", "O", "DO"}  # in the input dtype
-_INT_POINTERS = {"KSTART", "SEGK", "SEGQ", "QSTART"}  # int32: visited key blocks, segment ids, document starts
-_POINTERS = _DATA_POINTERS | _INT_POINTERS | {"G", "SMAX", "LSE", "CNT", "DELTA", "DQ", "DK", "DV", "DG"}
-_FLOAT_SCALARS = {"scale", "threshold", "tau2"}
+# int32: visited key blocks, segment ids, document starts, the dropout hash's row and key keys
+_INT_POINTERS = {"KSTART", "SEGK", "SEGQ", "QSTART", "DROPR", "DROPC"}
+_POINTERS = _DATA_POINTERS | _INT_POINTERS | {"G", "SMAX", "LSE", "CNT", "MAX", "DELTA", "DQ", "DK", "DV", "DG"}
+_FLOAT_SCALARS = {"scale", "threshold", "tau2", "drop_scale", "tau", "cap2"}
 _WINDOWS = {"local_window", "sliding_window"}  # i32 scalars (the keep rule's windows), with no alignment
 
 
@@ -56,14 +58,24 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
     return signature
 
 
-def shipped_configurations():
-    """(kind, dtype, padded head dim, prune, segments) for every configuration the library can launch."""
+TRAINING = ((True, False), (False, True), (True, True))  # (dropout, surrogate): the training-only kernels
+
+
+def shipped_configurations(all_training: bool = True):
+    """(kind, dtype, padded head dim, prune, segments, training) for every configuration the library can launch;
+    ``training`` is the pair (dropout, surrogate) of the training-only options (never with pruning). Without
+    ``all_training`` the training kernels are compiled only in bf16 with segments, their largest register use
+    (fp16 compiles the same code, and segments only add to it): a quicker check."""
     for block_d in sorted(CONFIGS):
         for dtype in ("bf16", "fp16"):
             for segments in (False, True):
-                yield "fwd", dtype, block_d, False, segments
-                yield "fwd", dtype, block_d, True, segments
-                yield "bwd", dtype, block_d, False, segments
+                yield "fwd", dtype, block_d, False, segments, (False, False)
+                yield "fwd", dtype, block_d, True, segments, (False, False)
+                yield "bwd", dtype, block_d, False, segments, (False, False)
+                if all_training or (dtype == "bf16" and segments):
+                    yield "fwd", dtype, block_d, False, segments, (True, False)
+                    for training in TRAINING:
+                        yield "bwd", dtype, block_d, False, segments, training
 
 
 def compile_one(
@@ -72,17 +84,22 @@ def compile_one(
     block_d: int,
     prune: bool,
     segments: bool = False,
+    training: tuple[bool, bool] = (False, False),
     arch: int = 90,
     config: dict | None = None,
 ) -> dict:
     config = config or CONFIGS[block_d]
     bn, (bm, warps, stages) = config["BN"], config[kind]
+    if kind == "bwd" and training[1]:
+        bm, warps, stages = config.get("bwd_surrogate", config["bwd"])
     constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": DOT_SCAN, "IEEE": False}
     constexprs["HAS_SEG"] = segments
+    constexprs["DROPOUT"] = training[0]
     if kind == "fwd":
         constexprs["PRUNE"] = prune
     else:
         constexprs["FWD_BM"] = config["fwd"][0]
+        constexprs["SURROGATE"] = training[1]
     fn = tra_fwd_kernel if kind == "fwd" else tra_bwd_kernel
     signature = _signature(fn, dtype, constexprs)
     compiled = triton.compile(
@@ -110,6 +127,8 @@ def compile_one(
         "D": block_d,
         "prune": prune,
         "segments": segments,
+        "dropout": training[0],
+        "surrogate": training[1],
         "BM": bm,
         "BN": bn,
         "warps": warps,
@@ -141,11 +160,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200 (sm_90a)")
+    parser.add_argument(
+        "--quick", action="store_true", help="the training-only kernels in bf16 with segments only (their worst case)"
+    )
     args = parser.parse_args(argv)
     failed = False
-    for kind, dtype, block_d, prune, segments in shipped_configurations():
+    for kind, dtype, block_d, prune, segments, training in shipped_configurations(not args.quick):
         try:
-            row = compile_one(kind, dtype, block_d, prune, segments, args.arch)
+            row = compile_one(kind, dtype, block_d, prune, segments, training, args.arch)
             row["problems"] = problems(row)
         except Exception as err:  # report every configuration, then fail
             row = {
@@ -154,6 +176,8 @@ def main(argv=None) -> int:
                 "D": block_d,
                 "prune": prune,
                 "segments": segments,
+                "dropout": training[0],
+                "surrogate": training[1],
                 "problems": [f"{type(err).__name__}: {str(err)[:300]}"],
             }
         failed |= bool(row["problems"])
@@ -167,7 +191,8 @@ def main(argv=None) -> int:
                 else ""
             )
             print(
-                f"{kind} {dtype} D={block_d:<3} prune={prune!s:<5} segments={segments!s:<5} {stats} "
+                f"{kind} {dtype} D={block_d:<3} prune={prune!s:<5} segments={segments!s:<5} "
+                f"dropout={training[0]!s:<5} surrogate={training[1]!s:<5} {stats} "
                 f"{'; '.join(row['problems']) or 'ok'}",
                 flush=True,
             )

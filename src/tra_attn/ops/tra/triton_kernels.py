@@ -37,9 +37,40 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _scramble(x):
+    """The per-logit half of the dropout hash (ops/tra/dropout.py) on uint32: two multiply-xorshift steps."""
+    x = x ^ (x >> 16)
+    x = x * 0x21F0AAAD
+    x = x ^ (x >> 15)
+    return x * 0x735A2D97
+
+
+@triton.jit
+def _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale):
+    """(BM, BN) dropout factors, 0 or 1 / (1 - p), of the row keys ``rows`` (BM,) and the keys ``offs_n``: a
+    logit is dropped iff scramble(row ^ col), read as a signed int32, is below p32 - 2^31 (dropout.py)."""
+    cols = tl.load(DROPC + offs_n, mask=offs_n < SK, other=0).to(tl.uint32, bitcast=True)
+    x = _scramble(rows[:, None] ^ cols[None, :])
+    return tl.where(x.to(tl.int32, bitcast=True) < p32s, 0.0, drop_scale)
+
+
+@triton.jit
+def _row_keys(DROPR, bh, offs_m, SQ, DROPOUT: tl.constexpr):
+    """The dropout hash's keys of the query rows ``offs_m`` (uint32; unused without dropout)."""
+    if DROPOUT:
+        rows = tl.load(DROPR + bh * SQ + offs_m, mask=offs_m < SQ, other=0).to(tl.uint32, bitcast=True)
+    else:
+        rows = offs_m.to(tl.uint32)
+    return rows
+
+
+@triton.jit
 def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold, local_window,
-          sliding_window, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr):
-    """Base-2 logits of one (BM, BN) tile (-inf off the keep mask), the keep mask as 0/1 and the count."""
+          sliding_window, fac, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
+          DROPOUT: tl.constexpr):
+    """Base-2 logits of one (BM, BN) tile (-inf off the keep mask; times the dropout factors ``fac`` with
+    DROPOUT), the keep mask as 0/1, the count, the scores s (natural units) and the decided mask (the keep
+    rule compares s with the threshold there: visible and beyond the local window)."""
     s = _dot(q, tl.trans(k), IEEE) * scale
     dist = q_pos[:, None] - offs_n[None, :]  # i - j
     visible = (dist >= 0) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
@@ -55,8 +86,11 @@ def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, t
         count = tl.dot(keep_f.to(tl.float16), tri) + carry[:, None]
     else:
         count = tl.cumsum(keep_f, axis=1, reverse=True) + carry[:, None]
-    z2 = tl.where(keep, s * LOG2E + g2[:, None] * count, float("-inf"))
-    return z2, keep_f, count
+    z2 = s * LOG2E + g2[:, None] * count
+    if DROPOUT:
+        z2 = z2 * fac
+    z2 = tl.where(keep, z2, float("-inf"))
+    return z2, keep_f, count, s, visible & (dist >= local_window)
 
 
 @triton.jit
@@ -85,16 +119,22 @@ def _query_segments(SEGQ, QSTART, b, offs_m, first, SQ, SK, BN: tl.constexpr, HA
 
 @triton.jit
 def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, seg_q, K, V, SEGK, b, k_base,
-               v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window,
-               BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr):
+               v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window, rows, DROPC, p32s, drop_scale,
+               BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
+               DROPOUT: tl.constexpr):
     """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry."""
     offs_n = block * BN + tl.arange(0, BN)
     kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
     k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
     seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
-    z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold,
-                              local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
+    if DROPOUT:
+        fac = _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale)
+    else:
+        fac = 1.0
+    z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale,
+                                          threshold, local_window, sliding_window, fac, BN, DOT_SCAN, IEEE, HAS_SEG,
+                                          DROPOUT)
     m_new = tl.maximum(m_i, tl.max(z2, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -113,11 +153,11 @@ def _first_block(first_pos, sliding_window, BN: tl.constexpr):
 
 @triton.jit
 def tra_fwd_kernel(
-    Q, K, V, G, SMAX, O, LSE, CNT, KSTART, SEGK, SEGQ, QSTART,
+    Q, K, V, G, SMAX, O, LSE, CNT, KSTART, SEGK, SEGQ, QSTART, MAX, DROPR, DROPC,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-    H, SQ, SK, scale, threshold, tau2, local_window, sliding_window,
+    H, SQ, SK, scale, threshold, tau2, local_window, sliding_window, p32s, drop_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-    PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
+    PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -140,6 +180,7 @@ def tra_fwd_kernel(
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1  # up to the diagonal
     first = _first_block(pid_m * BM + SK - SQ, sliding_window, BN)  # key blocks below it: outside every window
     seg_q, q_start, first = _query_segments(SEGQ, QSTART, b, offs_m, first, SQ, SK, BN, HAS_SEG)
+    rows = _row_keys(DROPR, bh, offs_m, SQ, DROPOUT)
     if PRUNE:  # a while loop that stops early (Triton does not software-pipeline it)
         smax2 = tl.load(SMAX + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
         # -log2(1 - 2^g2), the geometric tail of the bound; clamped at 126 when g = 0 (no
@@ -150,7 +191,8 @@ def tra_fwd_kernel(
         while running:
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
                                               q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ, SK, scale,
-                                              threshold, local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
+                                              threshold, local_window, sliding_window, rows, DROPC, p32s, drop_scale,
+                                              BN, DOT_SCAN, IEEE, HAS_SEG, DROPOUT)
             it += 1
             # Unvisited kept keys have counts carry + 1, carry + 2, ... and scores <= smax.
             bound = smax2 + g2 * (carry + 1.0) - m_i + tail2
@@ -163,7 +205,8 @@ def tra_fwd_kernel(
         for it in range(0, n_blocks - first):
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
                                               q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ, SK, scale,
-                                              threshold, local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
+                                              threshold, local_window, sliding_window, rows, DROPC, p32s, drop_scale,
+                                              BN, DOT_SCAN, IEEE, HAS_SEG, DROPOUT)
         k_start = first
     has_key = l_i > 0
     safe_l = tl.where(has_key, l_i, 1.0)
@@ -173,16 +216,18 @@ def tra_fwd_kernel(
              mask=row_mask)
     tl.store(LSE + bh * SQ + offs_m, lse, mask=mask_m)
     tl.store(CNT + bh * SQ + offs_m, carry, mask=mask_m)
+    tl.store(MAX + bh * SQ + offs_m, m_i, mask=mask_m)  # base 2, for the keep surrogate's backward
     tl.store(KSTART + bh * tl.num_programs(0) + pid_m, k_start)
 
 
 @triton.jit
 def tra_bwd_kernel(
-    Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG, SEGK, SEGQ, QSTART,
+    Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG, SEGK, SEGQ, QSTART, MAX, DROPR, DROPC,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
-    H, SQ, SK, scale, threshold, local_window, sliding_window, n_fwd_blocks,
+    H, SQ, SK, scale, threshold, local_window, sliding_window, n_fwd_blocks, p32s, drop_scale, tau, cap2,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, FWD_BM: tl.constexpr,
-    DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
+    DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
+    SURROGATE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -196,34 +241,84 @@ def tra_bwd_kernel(
     q_pos = offs_m + (SK - SQ)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_mask, other=0.0)
     do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdos + offs_d[None, :], mask=row_mask, other=0.0)
-    g2 = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0) * LOG2E
+    g = tl.load(G + bh * SQ + offs_m, mask=mask_m, other=0.0)
+    g2 = g * LOG2E
     lse2 = tl.load(LSE + bh * SQ + offs_m, mask=mask_m, other=float("inf")) * LOG2E
     delta = tl.load(DELTA + bh * SQ + offs_m, mask=mask_m, other=0.0)
     dq = tl.zeros([BM, BLOCK_D], tl.float32)
     dg = tl.zeros([BM], tl.float32)
     carry = tl.zeros([BM], tl.float32)
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
     n_blocks = tl.minimum(pid_m * BM + BM - 1 + SK - SQ, SK - 1) // BN + 1
     # The lowest key block visited by the forward query block that holds these rows (BM | FWD_BM); blocks
     # below this program's own first block are outside the sliding window or the documents of all its rows.
     k_start = tl.load(KSTART + bh * n_fwd_blocks + (pid_m * BM) // FWD_BM)
     k_start = tl.maximum(k_start, _first_block(pid_m * BM + SK - SQ, sliding_window, BN))
     seg_q, q_start, k_start = _query_segments(SEGQ, QSTART, b, offs_m, k_start, SQ, SK, BN, HAS_SEG)
+    rows = _row_keys(DROPR, bh, offs_m, SQ, DROPOUT)
+    if SURROGATE:  # docs/backward.md, section 7
+        has_key = lse2 < float("inf")
+        m2 = tl.load(MAX + bh * SQ + offs_m, mask=mask_m, other=0.0)
+        top2 = tl.where(has_key, m2, 0.0)
+        gap2 = tl.where(has_key, lse2 - m2, 0.0)  # log2 of the normaliser
+        total = tl.zeros([BM], tl.float32)  # T_i: 0 without dropout
+        if DROPOUT:  # a first pass: the kept keys whose logit was dropped, their number and sum of dO . v
+            n_dropped = tl.zeros([BM], tl.float32)
+            dp_dropped = tl.zeros([BM], tl.float32)
+            for it in range(0, n_blocks - k_start):
+                offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
+                kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
+                k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
+                v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
+                seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
+                fac = _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale)
+                z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK,
+                                                      scale, threshold, local_window, sliding_window, fac, BN,
+                                                      DOT_SCAN, IEEE, HAS_SEG, DROPOUT)
+                dropped_kept = tl.where(fac == 0.0, keep_f, 0.0)
+                n_dropped += tl.sum(dropped_kept, 1)
+                dp_dropped += tl.sum(dropped_kept * _dot(do, tl.trans(v), IEEE), 1)
+            total = tl.where(has_key, drop_scale * tl.exp2(-lse2) * (n_dropped * delta - dp_dropped), 0.0)
+        right = tl.zeros([BM], tl.float32)  # R: the sum of dZ over the keys right of the current block
     for it in range(0, n_blocks - k_start):
         offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
         kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
-        k = tl.load(K + b * skb + h * skh + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
         seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
-        z2, keep_f, count = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold,
-                                  local_window, sliding_window, BN, DOT_SCAN, IEEE, HAS_SEG)
+        if DROPOUT:
+            fac = _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale)
+        else:
+            fac = 1.0
+        z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale,
+                                              threshold, local_window, sliding_window, fac, BN, DOT_SCAN, IEEE,
+                                              HAS_SEG, DROPOUT)
+        if SURROGATE:  # computed first, so that the scores are dead before the gradient's tiles are live
+            sig = 1.0 / (1.0 + tl.exp((threshold - s) / tau))
+            slope = tl.where(decided & has_key[:, None], sig * (1.0 - sig) / tau, 0.0)
+            # The would-be weight of every key, kept or not: exp(min(l - m, cap) - (L - m)), times the slope.
+            would2 = s * LOG2E + g2[:, None] * count
+            if DROPOUT:
+                would2 = would2 * fac
+            slope_weight = slope * tl.exp2(tl.minimum(would2 - top2[:, None], cap2) - gap2[:, None])
+            slope_gate = slope * g[:, None]
         p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
-        ds = p * (_dot(do, tl.trans(v), IEEE) - delta[:, None])  # gradient of the natural-log logits
+        dp = _dot(do, tl.trans(v), IEEE) - delta[:, None]
+        ds = p * dp  # gradient of the natural-log (dropped) logits
+        if DROPOUT:
+            ds = ds * fac  # ... and of the logits before their dropout factor
         dg += tl.sum(ds * count, 1)
-        dq += _dot(ds.to(k.dtype), k, IEEE)
+        dscore = ds
+        if SURROGATE:
+            suffix = tl.cumsum(ds, axis=1, reverse=True) - ds + right[:, None]  # dZ of the keys right of each
+            dscore = ds + slope_weight * dp + slope_gate * (total[:, None] - suffix)
+            right += tl.sum(ds, 1)
+        dq += _dot(dscore.to(k.dtype), k, IEEE)
         dkv = bh * SK * D + offs_n[:, None] * D + offs_d[None, :]
         # dV is issued before dK is computed, so the two (BN, D) partials never coexist in registers.
         tl.atomic_add(DV + dkv, _dot(tl.trans(p.to(do.dtype)), do, IEEE), mask=kv_mask)
-        tl.atomic_add(DK + dkv, _dot(tl.trans(ds.to(q.dtype)), q, IEEE) * scale, mask=kv_mask)
+        tl.atomic_add(DK + dkv, _dot(tl.trans(dscore.to(q.dtype)), q, IEEE) * scale, mask=kv_mask)
         carry += tl.sum(keep_f, 1)
     tl.store(DQ + bh * SQ * D + offs_m[:, None] * D + offs_d[None, :], dq * scale, mask=row_mask)
     tl.store(DG + bh * SQ + offs_m, dg, mask=mask_m)
