@@ -62,16 +62,33 @@ def config(args, method: str, length: int) -> dict:
 
 
 def measure(args, attention: str, length: int) -> tuple[float, float | None]:
-    """(tokens/s, peak MB on CUDA or None) of one fresh training process."""
+    """(tokens/s, peak MB) of one fresh training process: on CUDA the peak allocated memory, on CPU the
+    process's peak resident set (PyTorch itself included), or None where the OS does not report it."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.json"
         path.write_text(json.dumps(config(args, attention, length)))
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         command = [sys.executable, "-m", "tra_attn.cli", "train", "--config", str(path), "--out", f"{tmp}/run"]
-        subprocess.run([*command, "--no-progress"], env=env, check=True, capture_output=True)
+        peak_rss = run_process([*command, "--no-progress"], env)
         rows = [json.loads(line) for line in Path(f"{tmp}/run/metrics.jsonl").read_text().splitlines()]
         tokens = args.steps * (args.tokens_per_step // length) * length
-        return tokens / rows[-1]["elapsed_s"], rows[-1].get("peak_memory_mb")
+        return tokens / rows[-1]["elapsed_s"], rows[-1].get("peak_memory_mb", peak_rss)
+
+
+def run_process(command: list[str], env: dict) -> float | None:
+    """Run ``command`` to completion (an error if it fails); its peak resident set in MB where the OS reports a
+    child's own (os.wait4: Linux, macOS), else None."""
+    if not hasattr(os, "wait4"):
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        return None
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode:
+            output.seek(0)
+            raise subprocess.CalledProcessError(process.returncode, command, output.read().decode(errors="replace"))
+    return usage.ru_maxrss / (1 << 20 if sys.platform == "darwin" else 1 << 10)  # bytes on macOS, KiB on Linux
 
 
 def main() -> None:
@@ -122,7 +139,12 @@ def main() -> None:
         f"Model: byte-level, d_model {args.model[0]}, {args.model[1]} layers, {args.model[2]} heads; "
         f"{args.tokens_per_step:,} tokens per step; {args.steps} training steps per run (fwd + bwd + AdamW"
         f"{', torch.compile' if args.compile else ''}), {args.repeats} run(s) per method and length, interleaved. "
-        "Tokens/s: median over runs.",
+        "Tokens/s: median over runs. Peak memory: the largest over runs; "
+        + (
+            "allocated CUDA memory."
+            if args.device.startswith("cuda")
+            else "the training process's peak resident set (PyTorch itself, about 300 MB, included)."
+        ),
         "",
         f"| length | method | tokens/s (median) | runs | vs {args.methods[0]} | peak memory (MB) |",
         "|---|---|---|---|---|---|",
