@@ -1,11 +1,11 @@
-"""The `tra` command end to end on tiny settings, and its answers to bad input."""
+"""The `tra` command end to end on tiny settings, and its answers to bad input (the refusals of bad command
+lines: tests/cli/test_cli_validation.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -158,65 +158,6 @@ def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):
     assert selected == {"tra": best}
     assert {r["lr"] for r in read_rows(tmp_path / "results.jsonl")} == {best}
     assert "Learning-rate sweep" in (tmp_path / "results.md").read_text()
-
-
-@pytest.mark.parametrize(
-    "argv,pattern",
-    [
-        (["data", "flipflop", "--p-ignore", "1.0", "--out", "{tmp}/x.txt"], r"p_ignore = 1\.0"),
-        (["data", "flipflop", "--p-ignore", "-0.2", "--out", "{tmp}/x.txt"], "p_ignore = -0.2"),
-        (["data", "flipflop", "--length", "7", "--out", "{tmp}/x.txt"], "length = 7"),
-        (["data", "flipflop", "--length", "0", "--out", "{tmp}/x.txt"], "length = 0"),
-        (["data", "flipflop", "--num", "0", "--out", "{tmp}/x.txt"], "--num = 0; expected a positive"),
-        (["eval", "--checkpoint", "{tmp}/nowhere"], "checkpoint {tmp}/nowhere not found"),
-        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/empty.txt"], "empty.txt is empty"),
-        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/bad.txt"], "bad.txt:1: flip-flop: malformed"),
-        (["eval", "--checkpoint", "{tmp}/corrupt"], "model.safetensors is corrupt"),
-        (
-            ["flipflop", "--methods", "tra", "transformer", "--out", "{tmp}/ff"],
-            r"argument --methods: unknown method 'transformer'; expected a name from \['tra', ",
-        ),
-        (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], "--preset = 'huge'"),
-        (["train", "--out", "{tmp}/r2", "--attention", "mamba"], "ModelConfig.attention = 'mamba'"),
-        (["report", "{tmp}/nowhere"], "results.jsonl is missing or empty"),
-        (["data", "flipflop", "--out", "{tmp}"], "--out {tmp} is a directory; expected a file path"),
-        (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "--out {tmp} is a directory"),
-        (["eval", "--checkpoint", "{tmp}/run", "--device", "bogus"], "device = 'bogus'; expected 'cpu', 'cuda'"),
-        (["eval", "--checkpoint", "{tmp}/run", "--length", "0"], "length = 0; expected a positive number"),
-        (["eval", "--checkpoint", "{tmp}/run", "--sequences", "0"], "sequences = 0; expected a positive number"),
-        (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}"], "data file {tmp} is a directory"),
-        (
-            ["train", "--out", "{tmp}/r2", "--config", "{tmp}/missing.json"],
-            "--config {tmp}/missing.json does not exist",
-        ),
-        (["train", "--out", "{tmp}/r2", "--config", "{tmp}/list.json"], "holds a JSON list; expected an object"),
-        (["train", "--out", "{tmp}/r2", "--config", "{tmp}/bad.txt"], "--config {tmp}/bad.txt is not valid JSON"),
-        (["train", "--out", "{tmp}/empty.txt"], "run directory {tmp}/empty.txt is a file"),
-        (["train", "--out", "{tmp}/r2", "--device", "bogus"], "device = 'bogus'"),
-        (["train", "--out", "{tmp}/r2", "--task-arg", "rate=2"], r"unknown arguments \['rate'\]"),
-    ],
-)
-def test_bad_input_gets_a_clear_error_and_writes_nothing(argv, pattern, tmp_path, capsys):
-    run(["train", "--out", tmp_path / "run", *TINY_TRAIN], capsys)
-    (tmp_path / "empty.txt").write_text("")
-    (tmp_path / "bad.txt").write_text("w1r1z\n")
-    (tmp_path / "list.json").write_text("[1, 2]")
-    corrupt = tmp_path / "corrupt"
-    corrupt.mkdir()
-    ckpt = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
-    for f in ckpt.iterdir():
-        data = f.read_bytes()
-        (corrupt / f.name).write_bytes(data[:64] if f.name == "model.safetensors" else data)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    try:
-        code, _, err = run([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
-    except SystemExit as stop:  # refused by the parser itself
-        code, err = stop.code, capsys.readouterr().err
-    assert code == 2
-    assert re.search(pattern.replace("{tmp}", str(tmp_path)), err), err
-    created = set(p.name for p in tmp_path.iterdir()) - set(before)
-    assert created <= {"ff"}, created  # at most the (empty) output directory of a refused flipflop run
-    assert not (tmp_path / "x.txt").exists()
 
 
 def test_eval_creates_the_folder_of_its_output_before_evaluating(tmp_path, capsys):

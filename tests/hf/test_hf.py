@@ -252,7 +252,7 @@ def test_bad_input_gets_clear_errors_and_conversion_leaves_nothing_half_written(
 
 
 def test_conversion_refuses_nonfinite_weights_both_ways(tmp_path, capsys):
-    from tests.training.test_bad_input_checkpoints import NONFINITE, overwrite_with_nan
+    from tests.training.test_checkpoints import NONFINITE, overwrite_with_nan
 
     TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained(
         tmp_path / "native"

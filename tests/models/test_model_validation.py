@@ -1,4 +1,4 @@
-"""The model API under bad input: configs, forward, labels, generation, caches, the registry.
+"""The model API under bad input: configs, forward, labels, generation, caches, the registry, saved models.
 
 Every refusal is a ValueError (or TypeError for a wrong kind of object) whose message names the
 argument, shows the value and says what was expected."""
@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
 from tra_attn.layers import check_model_config
@@ -33,13 +34,18 @@ def small(kind="tra", **overrides):
         ({"vocab_size": -3}, r"ModelConfig\.vocab_size = -3; expected a positive integer"),
         ({"vocab_size": True}, r"ModelConfig\.vocab_size = True; expected a positive integer"),
         ({"vocab_size": "6"}, r"ModelConfig\.vocab_size = '6'; expected a positive integer"),
+        ({"vocab_size": 2.5}, r"vocab_size = 2\.5; expected a positive integer"),
         ({"d_model": 0}, r"ModelConfig\.d_model = 0; expected a positive integer"),
         ({"d_model": 16.0}, r"ModelConfig\.d_model = 16\.0; expected a positive integer"),
         ({"n_layers": 0}, r"ModelConfig\.n_layers = 0; expected a positive integer"),
         ({"n_heads": -1}, r"ModelConfig\.n_heads = -1; expected a positive integer"),
+        ({"n_heads": 0}, r"ModelConfig\.n_heads = 0; expected a positive integer"),
         ({"d_model": 18, "n_heads": 4}, r"ModelConfig\.d_model = 18; expected a multiple of n_heads = 4"),
+        ({"d_model": 30, "n_heads": 4}, r"ModelConfig\.d_model = 30; expected a multiple of n_heads = 4"),
         ({"block_style": "post"}, r"ModelConfig\.block_style = 'post'; expected 'prenorm' or 'paper'"),
+        ({"block_style": "postnorm"}, r"block_style = 'postnorm'; expected 'prenorm' or 'paper'"),
         ({"dropout": 1.0}, r"ModelConfig\.dropout = 1\.0; expected a probability in \[0, 1\)"),
+        ({"dropout": 1.5}, r"dropout = 1\.5; expected a probability"),
         ({"dropout": -0.1}, r"ModelConfig\.dropout = -0\.1; expected a probability"),
         ({"dropout": math.nan}, r"ModelConfig\.dropout = nan; expected a probability"),
         ({"mlp_ratio": 0.0}, r"ModelConfig\.mlp_ratio = 0\.0; expected a finite positive number"),
@@ -51,9 +57,14 @@ def small(kind="tra", **overrides):
         ({"attention": "TRA"}, r"ModelConfig\.attention = 'TRA'; expected one of \['tra'"),
         ({"attention": None}, r"ModelConfig\.attention = None; expected one of"),
         ({"attention": ["tra"]}, r"ModelConfig\.attention = \['tra'\]; expected one of"),
+        ({"attention": "flash"}, r"ModelConfig\.attention = 'flash'; expected one of \['tra', 'tra_keygate'"),
+        ({"attention_options": {"impl": "fast"}}, r"TRAOptions\.impl = 'fast'"),
+        ({"attention": "rope", "d_model": 12, "n_heads": 4}, r"even head dimension"),
     ],
 )
 def test_bad_model_config(kwargs, pattern):
+    """Refused by ModelConfig itself: its fields, and the registry's checks (the attention kind exists, the
+    options are the kind's and it can run them)."""
     with pytest.raises(ValueError, match=pattern):
         ModelConfig(**kwargs)
 
@@ -142,6 +153,49 @@ def test_a_saved_model_of_an_unknown_kind_is_refused_when_loaded(tmp_path):
         TransformerLM.from_pretrained(tmp_path)
 
 
+def test_save_pretrained_onto_a_file_and_weights_that_do_not_fit_the_config(tmp_path):
+    model = TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"save_pretrained: .*file is a file; expected a directory"):
+        model.save_pretrained(tmp_path / "file")
+    model.save_pretrained(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "d_model": 32}))
+    with pytest.raises(ValueError, match=r"from_pretrained: weights do not match the config"):
+        TransformerLM.from_pretrained(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"from_pretrained: .*nowhere/config\.json does not exist"):
+        TransformerLM.from_pretrained(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    "dtype,refused",
+    [(torch.int64, True), (torch.int32, True), (torch.bool, True), (torch.float64, True), (torch.bfloat16, False)],
+)
+def test_from_pretrained_never_casts_stored_integers_or_narrows_wider_floats(tmp_path, dtype, refused):
+    """load_state_dict copies with a cast: an integer model.safetensors used to load as float weights. A half
+    precision file is read exactly (every bfloat16 is a float32)."""
+    model = TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
+    model.save_pretrained(tmp_path / "m")
+    state = load_file(str(tmp_path / "m" / "model.safetensors"))
+    state = {name: t.to(dtype) for name, t in state.items()}
+    save_file(state, str(tmp_path / "m" / "model.safetensors"))
+    if refused:
+        with pytest.raises(ValueError, match=rf"weights do not match the config: .*model\.safetensors: \S+ is {dtype}"):
+            TransformerLM.from_pretrained(tmp_path / "m")
+        return
+    loaded = TransformerLM.from_pretrained(tmp_path / "m")
+    assert all(torch.equal(loaded.state_dict()[n], t.float()) for n, t in state.items())
+
+
+def test_from_pretrained_names_missing_and_unexpected_tensors_before_loading(tmp_path):
+    TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path / "m")
+    state = load_file(str(tmp_path / "m" / "model.safetensors"))
+    state["extra"] = state.pop("norm.weight")
+    save_file(state, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"missing: \['norm\.weight'\]; unexpected: \['extra'\]"):
+        TransformerLM.from_pretrained(tmp_path / "m")
+
+
 @pytest.mark.parametrize(
     "data,pattern",
     [
@@ -163,6 +217,18 @@ def test_version_1_model_configs_load_without_a_tokenizer():
     assert ModelConfig.from_dict(v1) == ModelConfig(d_model=32)
     with pytest.raises(ValueError, match=r"missing fields \['tokenizer'\]"):
         ModelConfig.from_dict({**v1, "version": 2})
+
+
+def test_model_config_from_dict_rejects_unknown_and_missing_fields(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown fields \['n_embd'\]"):
+        ModelConfig.from_dict({"n_embd": 64})
+    TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["attention_options"], saved["block_style"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"missing fields \['attention_options', 'block_style'\]"):
+        TransformerLM.from_pretrained(tmp_path)
+    assert ModelConfig.from_dict({"d_model": 64}, partial=True).d_model == 64
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -191,6 +257,25 @@ def test_generate_from_an_empty_prompt_is_a_clear_error_for_every_kind(kind):
 def test_bad_input_ids_in_the_forward(ids, pattern):
     with pytest.raises(ValueError, match=pattern):
         small()(ids)
+
+
+@pytest.mark.parametrize(
+    "ids,pattern",
+    [
+        (torch.zeros(4, dtype=torch.long), r"input_ids shape = \(4,\); expected a 2-d"),
+        (torch.zeros(1, 4), r"input_ids\.dtype = torch\.float32; expected an integer dtype"),
+    ],
+)
+def test_model_rejects_bad_input_ids(ids, pattern):
+    """Shape and dtype on every forward; the id range (a host sync) at data boundaries and in generate, as
+    test_out_of_range_ids_are_caught_at_the_boundaries checks."""
+    model = TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match=pattern):
+        model.check_input_ids(ids)
+    with pytest.raises(ValueError, match=pattern):
+        model.generate(ids, max_new_tokens=1)
+    with pytest.raises(ValueError, match=pattern):
+        model(ids)
 
 
 @pytest.mark.parametrize(
