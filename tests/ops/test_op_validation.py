@@ -1,5 +1,5 @@
 """The op under bad input: every refusal names the argument, shows the value (with its type when it is
-not a number) and says what was expected. Non-finite values are not errors (tests/test_nonfinite.py)."""
+not a number) and says what was expected. Non-finite values are not errors (tests/ops/test_nonfinite.py)."""
 
 from __future__ import annotations
 
