@@ -144,8 +144,9 @@ def test_a_run_written_by_0_2_resumes_as_the_run_that_never_stopped(tmp_path):
     """The fixture is the step-1 checkpoint of a 0.2 run (commit f4e8d9f: `tra train --task flipflop --length 16
     --batch-size 4 --steps 2 --checkpoint-every 1 --eval-every 0 --d-model 16 --n-heads 2 --n-layers 1
     --tra-local-window 2 --gate-bias-init 1.0`), whose configs hold TRA's options as flat fields. Resumed here, it
-    reaches the weights a run started here reaches (on this machine: bit identity across machines is not
-    promised), and its configs are rewritten in the current versions."""
+    reaches the weights a run started here reaches, and its configs are rewritten in the current versions. The
+    weights agree to fp32 summation-order tolerance, not bit for bit: step 1 was computed by 0.2's op, whose
+    forward sums in another order than today's (a resume within one version is bit-identical: test_train)."""
     run = tmp_path / "v0_2"
     shutil.copytree(FIXTURES.parent / "v0_2_run", run)
     saved = json.loads((run / "train_config.json").read_text())
@@ -155,6 +156,7 @@ def test_a_run_written_by_0_2_resumes_as_the_run_that_never_stopped(tmp_path):
     resumed = train(config, run, resume=True, progress=False)
     straight = train(config, tmp_path / "straight", progress=False)
     got, want = (TransformerLM.from_pretrained(path).state_dict() for path in (resumed, straight))
-    assert all(torch.equal(got[name], want[name]) for name in want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
     rewritten = json.loads((run / "train_config.json").read_text())
     assert rewritten["version"] == 6 and rewritten["model"]["attention_options"]["local_window"] == 2
