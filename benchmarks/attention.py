@@ -203,7 +203,7 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
         "The options `tra_local4_surrogate1` trains with (local window 4, keep surrogate at temperature 1), and "
         "with logit dropout 0.1 as well, fwd+bwd time / peak RSS. The naive (materialised) path is what served "
         "them before (O(S^2) memory); the chunked one computes the same values and gradients (to 1e-10 in fp64, "
-        "tests/test_tra_surrogate.py).",
+        "tests/ops/test_tra_surrogate.py).",
         "",
         "| S | options | TRA naive fwd+bwd (up to S = 2048) | TRA chunked fwd+bwd | naive / chunked |",
         "|---|---|---|---|---|",

@@ -19,8 +19,8 @@ pip install -q --no-deps -e . >/dev/null
 pip install -q pytest hypothesis >/dev/null
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
     | tee "$out/device.txt"
-python -m pytest -q tests/test_triton.py tests/test_tra_op.py tests/test_tra_surrogate.py tests/test_tra_dropout.py \
-    2>&1 | tee "$out/gpu_tests.log" | tail -5
+python -m pytest -q tests/ops/test_triton.py tests/ops/test_tra_op.py tests/ops/test_tra_surrogate.py \
+    tests/ops/test_tra_dropout.py 2>&1 | tee "$out/gpu_tests.log" | tail -5
 python benchmarks/attention.py --device cuda --out "$out/attention_gpu.md"
 python benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 8192 --model 768 12 12 \
     --methods nope tra tra_local4_surrogate1 --tokens-per-step 65536 --steps 20 --repeats 1 \

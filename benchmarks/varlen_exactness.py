@@ -43,9 +43,9 @@ from tra_attn.ops.varlen import PADDING  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
 
-MODEL_BAR = 1e-5  # tests/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
-FP64_BAR = 1e-12  # tests/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
-TRITON_BAR = 3e-5  # tests/test_tra_varlen.py, fp32 Triton: 3e-5 x max(1, max |reference|) (here unscaled)
+MODEL_BAR = 1e-5  # tests/models/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
+FP64_BAR = 1e-12  # tests/ops/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
+TRITON_BAR = 3e-5  # tests/ops/test_tra_varlen.py, fp32 Triton: 3e-5 x max(1, max |reference|) (here unscaled)
 VARIANTS = {  # TRA with the keep rule's windows and dense heads (experiments/methods.py, README results)
     "tra_local_window=4": {"local_window": 4},
     "tra_dense_heads=2": {"dense_heads": 2},
@@ -504,7 +504,7 @@ def report(args, argv: list[str], model_tables: list[Table], op_tables: list[Tab
         "the left-padded documents. Op (`threshold_relative_attention`): (B, H = 2, W, D = 16) inputs with "
         f"documents of lengths {args.op_lengths} in the same four layouts, under two keep rules; each path's "
         "output and gradients against fp64 naive run on each document alone. The first row of each table is the "
-        "bar the tests assert (tests/test_padding_and_packing.py, tests/test_tra_varlen.py), as an absolute "
+        "bar the tests assert (tests/models/test_padding_and_packing.py, tests/ops/test_tra_varlen.py), as an absolute "
         'bound on every figure of its column; a layout a kind refused is a "not run" cell, its reason listed '
         "under the table.",
         "",

@@ -249,9 +249,10 @@ def bounded_shift(q, k, log_gate, scale: float, threshold: float, local_window: 
     enters, so a row's bits never depend on a key it cannot see). Every kept logit is s + g c <= smax + g
     (c >= 1, g <= 0), and the nearest kept key (c = 1) scores at least threshold (at least -smax with a local
     window or no threshold), so the largest kept logit is at least max(threshold, -smax) + g. Reads the data
-    on the host: CPU tensors only. Not for sliding windows or documents, whose rows see fewer keys."""
+    on the host: CPU tensors only, outside torch.compile. Not for sliding windows or documents, whose rows see fewer keys."""
     sq, sk = q.shape[1], k.shape[1]
-    if q.device.type != "cpu" or not q.numel():
+    # Under torch.compile the host read would break the graph: the running maximum serves instead.
+    if q.device.type != "cpu" or not q.numel() or torch.compiler.is_compiling():
         return None
     key_norms = k.norm(dim=-1).cummax(dim=-1).values[:, sk - sq :]
     smax = scale * q.norm(dim=-1) * key_norms

@@ -1,0 +1,172 @@
+"""The `tra` command under bad input: every refusal exits with status 2 before any work, and its message
+names the flag or field, shows the value and says what was expected."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tests.cli.test_cli import TINY_TRAIN, run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from tra_attn.cli import main
+
+    root = tmp_path_factory.mktemp("trained")
+    assert main([str(a) for a in ["train", "--out", root / "run", *TINY_TRAIN]]) == 0
+    return root / "run"
+
+
+@pytest.fixture
+def tmp(tmp_path, trained):
+    shutil.copytree(trained, tmp_path / "run")
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00w1r1")
+    (tmp_path / "unknown_field.json").write_text(json.dumps({"epochs": 3}))
+    (tmp_path / "version7.json").write_text(json.dumps({"version": 7}))
+    (tmp_path / "model_list.json").write_text(json.dumps({"model": [1]}))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.jsonl").write_text(json.dumps({"task": "sorting", "metric": "x"}) + "\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bad.txt").write_text("w1r1z\n")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    corrupt = tmp_path / "corrupt"  # the run's last checkpoint with its weights cut to 64 bytes
+    corrupt.mkdir()
+    ckpt = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
+    for f in ckpt.iterdir():
+        data = f.read_bytes()
+        (corrupt / f.name).write_bytes(data[:64] if f.name == "model.safetensors" else data)
+    return tmp_path
+
+
+CASES = [
+    # tra data
+    (["data", "flipflop", "--p-ignore", "nan", "--out", "{tmp}/x.txt"], r"--p-ignore: 'nan'; expected a finite"),
+    (["data", "flipflop", "--p-ignore", "1", "--out", "{tmp}/x.txt"], r"p_ignore = 1\.0; expected a probability"),
+    (["data", "flipflop", "--p-ignore", "1.0", "--out", "{tmp}/x.txt"], r"p_ignore = 1\.0"),
+    (["data", "flipflop", "--p-ignore", "-0.2", "--out", "{tmp}/x.txt"], "p_ignore = -0.2"),
+    (["data", "flipflop", "--num", "-5", "--out", "{tmp}/x.txt"], r"--num = -5; expected a positive number"),
+    (["data", "flipflop", "--num", "0", "--out", "{tmp}/x.txt"], "--num = 0; expected a positive"),
+    (["data", "flipflop", "--length", "-2", "--out", "{tmp}/x.txt"], r"length = -2; expected a positive even"),
+    (["data", "flipflop", "--length", "9", "--out", "{tmp}/x.txt"], r"length = 9; expected a positive even"),
+    (["data", "flipflop", "--length", "7", "--out", "{tmp}/x.txt"], "length = 7"),
+    (["data", "flipflop", "--length", "0", "--out", "{tmp}/x.txt"], "length = 0"),
+    (["data", "flipflop", "--out", "{tmp}"], "--out {tmp} is a directory; expected a file path"),
+    (["data", "flipflop", "--out", "{tmp}/a_file/x.txt"], r"--out .*a_file/x\.txt: folder .*a_file is a file"),
+    (
+        ["data", "flipflop", "--out", "{tmp}/a_file/sub/x.txt"],
+        r"--out .*x\.txt: folder .*sub: cannot create it \(Not a directory\)",
+    ),
+    # tra train: config fields
+    (["train", "--out", "{tmp}/r", "--steps", "0"], r"TrainConfig\.steps = 0; expected a positive integer"),
+    (["train", "--out", "{tmp}/r", "--batch-size", "0"], r"TrainConfig\.batch_size = 0; expected a positive"),
+    (["train", "--out", "{tmp}/r", "--batch-size", "4", "--grad-accum", "3"], r"grad_accum = 3; expected a divisor"),
+    (["train", "--out", "{tmp}/r", "--lr", "-1"], r"TrainConfig\.lr = -1\.0; expected a number in"),
+    (["train", "--out", "{tmp}/r", "--lr", "0"], r"TrainConfig\.lr = 0\.0; expected a number in"),
+    (["train", "--out", "{tmp}/r", "--beta2", "1"], r"TrainConfig\.beta2 = 1\.0; expected a number in \[0, 1\)"),
+    (["train", "--out", "{tmp}/r", "--grad-clip", "-1"], r"TrainConfig\.grad_clip = -1\.0; expected a number"),
+    (["train", "--out", "{tmp}/r", "--warmup-steps", "-1"], r"warmup_steps = -1; expected a non-negative integer"),
+    (["train", "--out", "{tmp}/r", "--eval-sequences", "0"], r"eval_sequences = 0; expected a positive integer"),
+    (["train", "--out", "{tmp}/r", "--precision", "fp16"], r"precision = 'fp16'; expected 'fp32' or 'bf16'"),
+    (["train", "--out", "{tmp}/r", "--length", "7"], r"length = 7; expected a positive even number"),
+    (["train", "--out", "{tmp}/r", "--vocab-size", "3"], r"vocab_size = 3; expected at least the flipflop vocab"),
+    (["train", "--out", "{tmp}/r", "--attention", "flash"], r"ModelConfig\.attention = 'flash'; expected one of"),
+    (["train", "--out", "{tmp}/r2", "--attention", "mamba"], "ModelConfig.attention = 'mamba'"),
+    (["train", "--out", "{tmp}/r", "--block-style", "post"], r"block_style = 'post'; expected 'prenorm' or 'paper'"),
+    (["train", "--out", "{tmp}/r", "--dropout", "1"], r"ModelConfig\.dropout = 1\.0; expected a probability"),
+    (["train", "--out", "{tmp}/r", "--d-model", "15"], r"ModelConfig\.d_model = 15; expected a multiple of n_heads"),
+    (["train", "--out", "{tmp}/r", "--tra-impl", "fast"], r"TRAOptions\.impl = 'fast'; expected one of"),
+    (["train", "--out", "{tmp}/r", "--tra-gate-bias-init", "nan"], r"--tra-gate-bias-init: 'nan'; expected a finite"),
+    (
+        ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
+        r"--tra-local-window is an option of tra, tra_keygate, tra_nodistance; the model's attention is 'rope' "
+        r"\(its options: --rope-base, --rope-random-positions\)",
+    ),
+    (
+        ["train", "--out", "{tmp}/r", "--attention", "nope", "--cope-max-pos", "4"],
+        r"--cope-max-pos is an option of cope; the model's attention is 'nope' \(its options: none\)",
+    ),
+    # tra train: task arguments, config files, outputs, devices
+    (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),
+    (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
+    (["train", "--out", "{tmp}/r2", "--task-arg", "rate=2"], r"unknown arguments \['rate'\]"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version7.json"], r"version = 7; expected a version from 1 to 6"),
+    (
+        ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],
+        r"ModelConfig: got list in --config; expected a JSON",
+    ),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/binary.txt"], r"--config .*binary\.txt is not valid JSON"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}"], r"--config .* does not exist or is not a file"),
+    (
+        ["train", "--out", "{tmp}/r2", "--config", "{tmp}/missing.json"],
+        "--config {tmp}/missing.json does not exist",
+    ),
+    (["train", "--out", "{tmp}/r2", "--config", "{tmp}/list.json"], "holds a JSON list; expected an object"),
+    (["train", "--out", "{tmp}/r2", "--config", "{tmp}/bad.txt"], "--config {tmp}/bad.txt is not valid JSON"),
+    (["train", "--out", "{tmp}/run"], r"run already holds checkpoints; pass --resume"),
+    (["train", "--out", "{tmp}/run", "--resume", "--lr", "0.5", *TINY_TRAIN], r"config differs .* in \['lr'\]"),
+    (["train", "--out", "{tmp}/a_file"], r"run directory .*a_file is a file; expected a directory"),
+    (["train", "--out", "{tmp}/empty.txt"], "run directory {tmp}/empty.txt is a file"),
+    (["train", "--out", "{tmp}/r", "--device", "tpu"], r"device = 'tpu'; expected 'cpu', 'cuda' or 'cuda:N'"),
+    (["train", "--out", "{tmp}/r", "--device", "cuda:x"], r"device = 'cuda:x'; expected 'cpu', 'cuda' or 'cuda:N'"),
+    (["train", "--out", "{tmp}/r2", "--device", "bogus"], "device = 'bogus'"),
+    # tra eval
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/binary.txt"], r"data file .*binary\.txt is not UTF-8"),
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/nothing.txt"], r"data file .*nothing\.txt does not exist"),
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/empty.txt"], "empty.txt is empty"),
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/bad.txt"], "bad.txt:1: flip-flop: malformed"),
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}"], "data file {tmp} is a directory"),
+    (["eval", "--checkpoint", "{tmp}/run", "--length", "-16"], r"length = -16; expected a positive number"),
+    (["eval", "--checkpoint", "{tmp}/run", "--length", "0"], "length = 0; expected a positive number"),
+    (["eval", "--checkpoint", "{tmp}/run", "--sequences", "-1"], r"sequences = -1; expected a positive number"),
+    (["eval", "--checkpoint", "{tmp}/run", "--sequences", "0"], "sequences = 0; expected a positive number"),
+    (["eval", "--checkpoint", "{tmp}/a_file"], r"checkpoint .*a_file not found; expected a checkpoint directory"),
+    (["eval", "--checkpoint", "{tmp}/nowhere"], "checkpoint {tmp}/nowhere not found"),
+    (["eval", "--checkpoint", "{tmp}/corrupt"], "model.safetensors is corrupt"),
+    (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}/a_file/rows.jsonl"], r"--out .*: .*a_file is a file"),
+    (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "--out {tmp} is a directory"),
+    (["eval", "--checkpoint", "{tmp}/run", "--device", "gpu"], r"device = 'gpu'; expected 'cpu', 'cuda' or 'cuda:N'"),
+    (["eval", "--checkpoint", "{tmp}/run", "--device", "bogus"], "device = 'bogus'; expected 'cpu', 'cuda'"),
+    # tra flipflop and tra report
+    (["flipflop", "--steps", "0", "--out", "{tmp}/ff"], r"--steps = 0; expected a positive integer"),
+    (["flipflop", "--seeds", "--out", "{tmp}/ff"], None),  # argparse: --seeds needs at least one value
+    (["flipflop", "--lrs", "-0.001", "--out", "{tmp}/ff"], r"--lrs = \[-0\.001\]; expected finite positive"),
+    (["flipflop", "--lrs", "nan", "--out", "{tmp}/ff"], r"argument --lrs: 'nan'; expected a finite number"),
+    (
+        ["flipflop", "--methods", "tra", "transformer", "--out", "{tmp}/ff"],
+        r"argument --methods: unknown method 'transformer'; expected a name from \['tra', ",
+    ),
+    (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], "--preset = 'huge'"),
+    (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file"], r"--out .*a_file is a file; expected a directory"),
+    (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file/ff"], r"--out .*a_file/ff: cannot create it"),
+    (["train", "--out", "{tmp}/a_file/r"], r"run directory .*a_file/r: cannot create it \(Not a directory\)"),
+    (["report", "{tmp}/results"], r"rows of task 'sorting'; expected rows of an experiment with a report page"),
+    (["report", "{tmp}/a_file"], r"results\.jsonl is missing or empty"),
+    (["report", "{tmp}/nowhere"], "results.jsonl is missing or empty"),
+]
+
+
+@pytest.mark.parametrize("argv,pattern", CASES, ids=[" ".join(a[:4]) for a, _ in CASES])
+def test_bad_command_lines(argv, pattern, tmp, capsys):
+    before = {p.relative_to(tmp) for p in tmp.rglob("*")}
+    argv = [a.replace("{tmp}", str(tmp)) for a in argv]
+    if pattern is None:  # an argparse usage error: exit status 2 and a usage line
+        with pytest.raises(SystemExit) as info:
+            run(argv, capsys)
+        assert info.value.code == 2 and "expected at least one argument" in capsys.readouterr().err
+        return
+    try:
+        code, _, err = run(argv, capsys)
+    except SystemExit as stop:  # refused by the parser itself
+        code, err = stop.code, capsys.readouterr().err
+    assert code == 2 and err.startswith("tra: error: "), err
+    assert re.search(pattern.replace("{tmp}", re.escape(str(tmp))), err), err
+    assert "Traceback" not in err
+    created = {p.relative_to(tmp) for p in tmp.rglob("*")} - before
+    assert {str(p) for p in created} <= {"ff", "r"}, created  # at most an empty folder: ff or r, nothing in it
+    assert not (tmp / "x.txt").exists()
