@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 
 from ..masks import compute_dtype
+from .denormals import flush_tiny_
 from .dropout import SIGN, LogitDropout, scrambled
 from .segments import Segments, StripPlan, segments_of
 from .surrogate_backward import SurrogateState, kept_dropped_sums
@@ -249,7 +250,8 @@ def bounded_shift(q, k, log_gate, scale: float, threshold: float, local_window: 
     enters, so a row's bits never depend on a key it cannot see). Every kept logit is s + g c <= smax + g
     (c >= 1, g <= 0), and the nearest kept key (c = 1) scores at least threshold (at least -smax with a local
     window or no threshold), so the largest kept logit is at least max(threshold, -smax) + g. Reads the data
-    on the host: CPU tensors only, outside torch.compile. Not for sliding windows or documents, whose rows see fewer keys."""
+    on the host: CPU tensors only, outside torch.compile. Not for sliding windows or documents, whose rows see
+    fewer keys."""
     sq, sk = q.shape[1], k.shape[1]
     # Under torch.compile the host read would break the graph: the running maximum serves instead.
     if q.device.type != "cpu" or not q.numel() or torch.compiler.is_compiling():
@@ -397,7 +399,7 @@ class ChunkedTRA(torch.autograd.Function):
                 p = torch.mul(weights, keep, out=logits)
             else:
                 # lse = +inf on rows with no kept key, so their weights are exactly 0 as well.
-                p = _masked_exp(logits.sub_(lse[:, r0:r1, None]), keep)
+                p = flush_tiny_(_masked_exp(logits.sub_(lse[:, r0:r1, None]), keep))
             go = grad_out[:, r0:r1]
             dp = torch.matmul(go, v_rev.transpose(-1, -2), out=ws.get(5, p.shape)).sub_(delta[:, r0:r1, None])
             # The gradient of the (dropped) logit; the surrogate still needs dP - Delta afterwards.

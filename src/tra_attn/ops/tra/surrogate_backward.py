@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from .denormals import flush_tiny_
+
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
 
 
@@ -56,11 +58,11 @@ class SurrogateState:
 
     def weights(self, strip, logits, ws) -> torch.Tensor:
         """(N, R, block) e_il = exp(min(l - L, cap - (L - m))) for every key of the strip, in ws buffer 7; on kept
-        keys exactly the exact path's p (exp(l - L), clamped below the same way)."""
+        keys exactly the exact path's p (exp(l - L), clamped below and flushed the same way)."""
         rows = slice(strip.r0, strip.r1)
         out = torch.sub(logits, self.lse[:, rows, None], out=ws.get(7, logits.shape))
         torch.minimum(out, self.ceiling[:, rows, None], out=out)
-        return out.clamp_(min=_EXP_FLOOR[out.dtype]).exp_()
+        return flush_tiny_(out.clamp_(min=_EXP_FLOOR[out.dtype]).exp_())
 
     def score_gradient(self, strip, dlogits, dp, weights, ws) -> torch.Tensor:
         """dZ plus sigma' * ((dP - Delta) e + g P) on the strip's decided entries; updates the carried R.
