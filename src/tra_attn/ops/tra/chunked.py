@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from ..masks import compute_dtype
-from .denormals import flush_tiny_
+from .denormals import EXP_FLOOR, flush_tiny_
 from .dropout import SIGN, LogitDropout, scrambled
 from .segments import Segments, StripPlan, segments_of
 from .surrogate_backward import SurrogateState, kept_dropped_sums
@@ -33,14 +33,13 @@ _NEG_INF = float("-inf")
 # Dropped scores get this bias instead of -inf: masked_fill/where are several times slower than
 # arithmetic on CPU, and exp(-inf) takes a slow path. Kept logits are untouched.
 _DROP = 1e30
-# exp() of inputs below about -87 (fp32) takes a slow path (about 30x). Shifted logits are clamped
-# into [floor, 80] first: weights below exp(floor) relative to the row maximum are negligible,
-# dropped entries are zeroed exactly by the keep mask afterwards, and the upper clamp only ever
-# touches dropped entries (kept logits never exceed the row's log-sum-exp).
-_EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
+# Shifted logits are clamped into [EXP_FLOOR, 80] before exp (denormals.py): weights below exp(floor)
+# relative to the row maximum are negligible, dropped entries are zeroed exactly by the keep mask
+# afterwards, and the upper clamp only ever touches dropped entries (kept logits never exceed the row's
+# log-sum-exp).
 _EXP_CEIL = 80.0
 # A fixed shift per row is used when it exceeds the row's largest kept logit by at most this: the largest
-# kept weight is then >= exp(-slack), and the floor above only touches weights below exp(floor + slack) of it.
+# kept weight is then >= exp(-slack), and EXP_FLOOR only touches weights below exp(floor + slack) of it.
 _SHIFT_SLACK = {torch.float32: 40.0, torch.float64: 350.0}
 
 
@@ -196,7 +195,7 @@ def first_key(sq: int, sk: int, sliding_window: int, plan: StripPlan | None = No
 
 def _masked_exp(shifted: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """exp(shifted) on kept entries, exactly 0 elsewhere (in place on ``shifted``)."""
-    return shifted.clamp_(_EXP_FLOOR[shifted.dtype], _EXP_CEIL).exp_().mul_(keep)
+    return shifted.clamp_(EXP_FLOOR[shifted.dtype], _EXP_CEIL).exp_().mul_(keep)
 
 
 def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:

@@ -20,9 +20,7 @@ import math
 
 import torch
 
-from .denormals import flush_tiny_
-
-_EXP_FLOOR = {torch.float32: -80.0, torch.float64: -700.0}
+from .denormals import EXP_FLOOR, flush_tiny_
 
 
 def kept_dropped_sums(keep, factors, v_rev, values, count) -> None:
@@ -62,7 +60,7 @@ class SurrogateState:
         rows = slice(strip.r0, strip.r1)
         out = torch.sub(logits, self.lse[:, rows, None], out=ws.get(7, logits.shape))
         torch.minimum(out, self.ceiling[:, rows, None], out=out)
-        return flush_tiny_(out.clamp_(min=_EXP_FLOOR[out.dtype]).exp_())
+        return flush_tiny_(out.clamp_(min=EXP_FLOOR[out.dtype]).exp_())
 
     def score_gradient(self, strip, dlogits, dp, weights, ws) -> torch.Tensor:
         """dZ plus sigma' * ((dP - Delta) e + g P) on the strip's decided entries; updates the carried R.
