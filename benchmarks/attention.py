@@ -131,16 +131,10 @@ def naive_fits(s: int, b: int, h: int) -> bool:
 def machine(threads: int | None = None) -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from tra_attn.utils.provenance import cpu_name
+
     threads = threads or torch.get_num_threads()
-    return f"{cpu}, {threads} threads, torch {torch.__version__}, Python {platform.python_version()}"
+    return f"{cpu_name()}, {threads} threads, torch {torch.__version__}, Python {platform.python_version()}"
 
 
 def _cell(r, key="seconds"):

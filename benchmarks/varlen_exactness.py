@@ -41,7 +41,7 @@ from tra_attn.ops.tra.dispatch import triton_interpreted  # noqa: E402
 from tra_attn.ops.tra.split_kv import split_kv_attention  # noqa: E402
 from tra_attn.ops.varlen import PADDING  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
-from tra_attn.utils.provenance import git_commit  # noqa: E402
+from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
 
 MODEL_BAR = 1e-5  # tests/models/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
 FP64_BAR = 1e-12  # tests/ops/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
@@ -433,14 +433,7 @@ def triton_runs() -> bool:
 
 def machine() -> str:
     """The CPU's model name (or the GPU's), threads, and the versions the figures depend on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     device = f"{torch.cuda.get_device_name()}, " if torch.cuda.is_available() else ""
     triton = importlib.util.find_spec("triton")
     return (

@@ -1,7 +1,8 @@
-"""Where a result came from: the git commit of the code that produced it."""
+"""Where a result came from: the git commit of the code that produced it, and the CPU it ran on."""
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -25,3 +26,14 @@ def git_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
