@@ -7,7 +7,8 @@ import re
 import pytest
 
 from tra_attn.cli import main
-from tra_attn.experiments.scorecard import pooled_rows, scorecard
+from tra_attn.experiments.pool import pooled_rows
+from tra_attn.experiments.scorecard import scorecard
 from tra_attn.utils.jsonl import write_jsonl
 
 

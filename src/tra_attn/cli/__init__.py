@@ -29,7 +29,7 @@ from ..utils.memory import out_of_memory
 from ..utils.os_errors import describe, os_error
 from .args import Parser
 from .checkpoints import add_convert_command, add_eval_command, add_inspect_command
-from .compare import add_compare_commands, add_report_command, add_scorecard_command
+from .compare import add_compare_commands, add_pool_command, add_report_command, add_scorecard_command
 from .lm import add_lm_command
 from .train import add_data_command, add_train_command
 
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lm_command(sub)
     add_convert_command(sub)
     add_report_command(sub)
+    add_pool_command(sub)
     add_scorecard_command(sub)
     return parser
 

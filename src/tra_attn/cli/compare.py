@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..experiments.engine import run_comparison
 from ..experiments.methods import METHODS, family_patterns, resolve_method
+from ..experiments.pool import pool
 from ..experiments.registry import experiments
 from ..experiments.scorecard import scorecard, scorecard_page
 from ..experiments.suite import run_suite, suite_tasks
@@ -261,6 +262,27 @@ def add_report_command(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--markdown", type=Path, help="where to write the page (default: RESULTS/results.md)")
     rp.add_argument("--command", help="the command that produced the rows, shown on the page (default: run.json's)")
     rp.set_defaults(func=cmd_report)
+
+
+def cmd_pool(args) -> None:
+    methods, count = pool(args.folders, args.out, args.methods, args.seeds, "tra " + shlex.join(args.argv))
+    print(f"{args.out}: {count} rows of {len(methods)} methods ({' '.join(methods)}); the page: tra report {args.out}")
+
+
+def add_pool_command(sub: argparse._SubParsersAction) -> None:
+    pp = sub.add_parser(
+        "pool",
+        help="pool finished comparisons of one task into one results folder (one page with every method)",
+        description="Each method's rows, sweep and chosen learning rate from the first folder that has it, written "
+        "to --out for `tra report`. Refused unless every pooled method shares the training budget, the seeds and "
+        "the learning-rate sweep (experiments/pool.py).",
+        formatter_class=HelpFormatter,
+    )
+    pp.add_argument("folders", nargs="+", type=Path, help="results folders of one task, earlier ones first")
+    pp.add_argument("--out", type=Path, required=True, help="the pooled folder (required; not one of the sources)")
+    pp.add_argument("--methods", nargs="+", type=method_name, help="these methods only (default: every method)")
+    pp.add_argument("--seeds", nargs="+", type=parse_seed, help="these seeds only (default: every seed)")
+    pp.set_defaults(func=cmd_pool)
 
 
 def cmd_scorecard(args) -> None:

@@ -13,54 +13,16 @@ configuration against a baseline, one column per task and bar:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from ..utils.rows import read_rows
 from .fit import steps_to_fit
+from .pool import pooled_rows
 from .tables import label, mean_std
 
-# Training-budget fields every pooled method of one task must share (only the attention may differ).
-BUDGET_FIELDS = ("task", "task_args", "length", "steps", "batch_size", "grad_accum", "warmup_steps", "weight_decay")
-MODEL_FIELDS = ("d_model", "n_layers", "n_heads", "mlp_ratio", "block_style", "dropout")
 TEXT_METRIC = "bits_per_byte"
 EXACT = 0.99  # full-sequence accuracy that counts as exact
-
-
-def budget(row: dict) -> tuple:
-    """The fields of a row's training config that a fair comparison holds fixed."""
-    config = row.get("config") or {}
-    model = config.get("model", {})
-    fields = [config.get(f) for f in BUDGET_FIELDS] + [model.get(f) for f in MODEL_FIELDS]
-    return tuple(json.dumps(value, sort_keys=True) for value in fields)
-
-
-def pooled_rows(folders: list[Path], methods=None) -> tuple[list[dict], dict[str, Path]]:
-    """Every row of each method (of ``methods``, default all) from the first folder holding that method, and
-    where each method came from.
-
-    A ValueError names the folder when one has no rows, and the two methods when budgets differ.
-    """
-    rows, source = [], {}
-    for folder in folders:
-        found = read_rows(folder / "results.jsonl")
-        if not found:
-            raise ValueError(f"{folder / 'results.jsonl'} is missing or empty; expected the rows of a comparison")
-        for method in dict.fromkeys(r["method"] for r in found):
-            if method not in source and (methods is None or method in methods):
-                source[method] = folder
-                rows += [r for r in found if r["method"] == method]
-    budgets = {}
-    for r in rows:
-        budgets.setdefault(budget(r), (r["method"], source[r["method"]]))
-    if len(budgets) > 1:
-        (m1, f1), (m2, f2) = list(budgets.values())[:2]
-        raise ValueError(
-            f"{m1} ({f1}) and {m2} ({f2}) were trained with different budgets; expected one budget per task "
-            f"(the same {', '.join(BUDGET_FIELDS)} and model size)"
-        )
-    return rows, source
 
 
 def per_seed(rows: list[dict], method: str, metric: str, split: str | None = None, length=None) -> list[float]:
