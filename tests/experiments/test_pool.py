@@ -85,8 +85,25 @@ def test_anything_but_the_attention_differing_is_refused(comparisons, tmp_path):
 
     copy_with(first, tmp_path / "rates", other_rates)
     (tmp_path / "rates" / "selected_lrs.json").write_text(json.dumps({"alibi": 0.01}))
-    with pytest.raises(ValueError, match=r"but alibi \(.*rates\) has \[\[0.01, 0\], \[0.03, 0\]\]; expected the same learning-rate sweep"):
+    with pytest.raises(
+        ValueError,
+        match=r"but alibi \(.*rates\) has \[\[0.01, 0\], \[0.03, 0\]\]; expected the same learning-rate sweep",
+    ):
         pool([first, tmp_path / "rates"], tmp_path / "out2")
+    # the wider grid pools once cut to the rates both swept, if every chosen rate is among them
+    chosen = json.loads((first / "selected_lrs.json").read_text())["nope"]
+    copy_with(first, tmp_path / "wider", lambda row: {**row, "method": "alibi"})
+    wider = read_rows(tmp_path / "wider" / "sweep.jsonl")
+    write_rows(tmp_path / "wider" / "sweep.jsonl", wider + [{**r, "lr": 0.1} for r in wider])
+    (tmp_path / "wider" / "selected_lrs.json").write_text(json.dumps({"alibi": chosen}))
+    with pytest.raises(ValueError, match="expected the same learning-rate sweep"):
+        pool([first, tmp_path / "wider"], tmp_path / "out4")
+    pool([first, tmp_path / "wider"], tmp_path / "out4", lrs=[1e-3, 3e-3])
+    assert {r["lr"] for r in read_rows(tmp_path / "out4" / "sweep.jsonl")} == {1e-3, 3e-3}
+    with pytest.raises(
+        ValueError, match=f"nope chose {chosen}, alibi chose {chosen} .*; expected every chosen rate among"
+    ):
+        pool([first, tmp_path / "wider"], tmp_path / "out5", lrs=[0.1])
     with pytest.raises(ValueError, match="is one of the pooled folders"):
         pool([first], first)
     with pytest.raises(ValueError, match="missing or empty"):

@@ -265,7 +265,7 @@ def add_report_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_pool(args) -> None:
-    methods, count = pool(args.folders, args.out, args.methods, args.seeds, "tra " + shlex.join(args.argv))
+    methods, count = pool(args.folders, args.out, args.methods, args.seeds, args.lrs, "tra " + shlex.join(args.argv))
     print(f"{args.out}: {count} rows of {len(methods)} methods ({' '.join(methods)}); the page: tra report {args.out}")
 
 
@@ -282,6 +282,13 @@ def add_pool_command(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--out", type=Path, required=True, help="the pooled folder (required; not one of the sources)")
     pp.add_argument("--methods", nargs="+", type=method_name, help="these methods only (default: every method)")
     pp.add_argument("--seeds", nargs="+", type=parse_seed, help="these seeds only (default: every seed)")
+    pp.add_argument(
+        "--lrs",
+        nargs="+",
+        type=finite_float,
+        help="keep the sweeps' rows at these rates only, to pool methods swept over a wider grid with methods swept "
+        "over these; refused if a method's chosen rate is not among them (default: every rate)",
+    )
     pp.set_defaults(func=cmd_pool)
 
 

@@ -68,10 +68,16 @@ def _one(what: str, per_method: dict[str, object], source: dict[str, Path]) -> N
         )
 
 
-def pool(folders: list[Path], out: Path, methods=None, seeds=None, command: str = "") -> tuple[list[str], int]:
+def pool(
+    folders: list[Path], out: Path, methods=None, seeds=None, lrs=None, command: str = ""
+) -> tuple[list[str], int]:
     """Write the pooled rows of ``folders`` (each method from the first folder that has it; of ``methods`` and
     ``seeds`` if given) to ``out``: results.jsonl, the sweep and selected_lrs.json, and run.json whose command runs
-    every source's command and then ``command``. Returns the pooled methods and the number of rows."""
+    every source's command and then ``command``. Returns the pooled methods and the number of rows.
+
+    ``lrs`` keeps the sweep's rows at these rates only: methods swept over a wider grid pool with methods swept over
+    these rates, provided each method's chosen rate is one of them (the best of a grid is then also the best of
+    the part of it kept, so every method's rate is chosen among the same rates)."""
     out = Path(out)
     if out.resolve() in {Path(f).resolve() for f in folders}:
         raise ValueError(f"--out {out} is one of the pooled folders; expected a new folder")
@@ -84,15 +90,22 @@ def pool(folders: list[Path], out: Path, methods=None, seeds=None, command: str 
             raise ValueError(f"--seeds {' '.join(map(str, seeds))}: no rows of these seeds in the pooled folders")
     _one("seeds", {m: sorted({r["seed"] for r in rows if r["method"] == m}) for m in source}, source)
     sweeps = {f: read_rows(f / "sweep.jsonl") for f in dict.fromkeys(source.values())}
-    sweep_rows = [r for m, f in source.items() for r in sweeps[f] if r["method"] == m]
-    grid = {m: sorted({(r["lr"], r["seed"]) for r in sweep_rows if r["method"] == m}) for m in source}
-    _one("learning-rate sweep (rate, seed)", grid, source)
-    swept = bool(sweep_rows)
+    swept = any(sweeps.values())
     if swept:
-        chosen = {f: json.loads((f / "selected_lrs.json").read_text()) for f in sweeps}
-        selected = {m: chosen[f][m] for m, f in source.items()}
+        chosen = {f: json.loads((f / "selected_lrs.json").read_text()) for f in sweeps if sweeps[f]}
+        selected = {m: chosen.get(f, {}).get(m) for m, f in source.items()}
+        if lrs is not None and (outside := {m: lr for m, lr in selected.items() if lr not in lrs}):
+            raise ValueError(
+                f"--lrs {' '.join(map(str, lrs))}: {', '.join(f'{m} chose {lr}' for m, lr in outside.items())} "
+                "(each on its own sweep); expected every chosen rate among the kept ones"
+            )
     else:
         selected = {r["method"]: r["lr"] for r in rows}
+    sweep_rows = [
+        r for m, f in source.items() for r in sweeps[f] if r["method"] == m and (lrs is None or r["lr"] in lrs)
+    ]
+    grid = {m: sorted({(r["lr"], r["seed"]) for r in sweep_rows if r["method"] == m}) for m in source}
+    _one("learning-rate sweep (rate, seed)", grid, source)
     runs = [recorded_run(f) for f in sweeps]
     commands = list(dict.fromkeys(run["command"] for run in runs if run.get("command")))
     chosen_by = " ".join(dict.fromkeys(run["learning_rates"] for run in runs if run.get("learning_rates")))
