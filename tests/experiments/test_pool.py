@@ -54,6 +54,9 @@ def test_pooled_folder_draws_one_page_with_every_method(comparisons, tmp_path, c
 def test_methods_and_seeds_select_what_is_pooled(comparisons, tmp_path):
     methods, count = pool([comparisons / "first", comparisons / "second"], tmp_path / "p", methods=["alibi"])
     assert methods == ["alibi"] and {r["method"] for r in read_rows(tmp_path / "p" / "results.jsonl")} == {"alibi"}
+    methods, count = pool([comparisons / "first", comparisons / "second"], tmp_path / "o", methods=["alibi", "nope"])
+    rows = read_rows(tmp_path / "o" / "results.jsonl")
+    assert methods == ["alibi", "nope"] and list(dict.fromkeys(r["method"] for r in rows)) == methods
     with pytest.raises(ValueError, match="--methods fox: in none of"):
         pool([comparisons / "first"], tmp_path / "q", methods=["nope", "fox"])
     with pytest.raises(ValueError, match=r"--seeds 7: no rows of these seeds"):

@@ -71,9 +71,10 @@ def _one(what: str, per_method: dict[str, object], source: dict[str, Path]) -> N
 def pool(
     folders: list[Path], out: Path, methods=None, seeds=None, lrs=None, command: str = ""
 ) -> tuple[list[str], int]:
-    """Write the pooled rows of ``folders`` (each method from the first folder that has it; of ``methods`` and
-    ``seeds`` if given) to ``out``: results.jsonl, the sweep and selected_lrs.json, and run.json whose command runs
-    every source's command and then ``command``. Returns the pooled methods and the number of rows.
+    """Write the pooled rows of ``folders`` (each method from the first folder that has it; of ``methods``, in
+    their order, and ``seeds`` if given) to ``out``: results.jsonl, the sweep and selected_lrs.json, and run.json
+    whose command runs every source's command and then ``command``. Returns the pooled methods and the number of
+    rows.
 
     ``lrs`` keeps the sweep's rows at these rates only: methods swept over a wider grid pool with methods swept over
     these rates, provided each method's chosen rate is one of them (the best of a grid is then also the best of
@@ -84,6 +85,9 @@ def pool(
     rows, source = pooled_rows(folders, methods)
     if methods is not None and (missing := [m for m in methods if m not in source]):
         raise ValueError(f"--methods {' '.join(missing)}: in none of {', '.join(map(str, folders))}")
+    if methods is not None:  # the page lists the methods in the order asked for
+        source = {m: source[m] for m in methods}
+        rows.sort(key=lambda r: methods.index(r["method"]))
     if seeds is not None:
         rows = [r for r in rows if r["seed"] in seeds]
         if not rows:
