@@ -59,6 +59,14 @@ def test_methods_and_seeds_select_what_is_pooled(comparisons, tmp_path):
     assert methods == ["alibi", "nope"] and list(dict.fromkeys(r["method"] for r in rows)) == methods
     with pytest.raises(ValueError, match="--methods fox: in none of"):
         pool([comparisons / "first"], tmp_path / "q", methods=["nope", "fox"])
+    # pooled again into the same folder without a sweep: the earlier pool's sweep does not outlive it
+    unswept = tmp_path / "unswept"
+    copy_with(comparisons / "first", unswept, lambda row: row)
+    (unswept / "sweep.jsonl").unlink()
+    pool([comparisons / "first"], tmp_path / "p", methods=["nope"])
+    assert (tmp_path / "p" / "sweep.jsonl").is_file()
+    pool([unswept], tmp_path / "p")
+    assert not (tmp_path / "p" / "sweep.jsonl").exists() and not (tmp_path / "p" / "selected_lrs.json").exists()
     with pytest.raises(ValueError, match=r"--seeds 7: no rows of these seeds"):
         pool([comparisons / "first"], tmp_path / "r", seeds=[7])
     assert not (tmp_path / "r").exists()

@@ -114,6 +114,9 @@ def pool(
     commands = list(dict.fromkeys(run["command"] for run in runs if run.get("command")))
     chosen_by = " ".join(dict.fromkeys(run["learning_rates"] for run in runs if run.get("learning_rates")))
     out.mkdir(parents=True, exist_ok=True)
+    if not swept:  # a sweep of an earlier pool into the same folder must not outlive it
+        for stale in ("sweep.jsonl", "sweep.configs.json", "selected_lrs.json"):
+            (out / stale).unlink(missing_ok=True)
     write_selection(
         out,
         rows,
