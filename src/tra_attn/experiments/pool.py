@@ -83,10 +83,10 @@ def pool(
     if out.resolve() in {Path(f).resolve() for f in folders}:
         raise ValueError(f"--out {out} is one of the pooled folders; expected a new folder")
     rows, source = pooled_rows(folders, methods)
-    if methods is not None and (missing := [m for m in methods if m not in source]):
-        raise ValueError(f"--methods {' '.join(missing)}: in none of {', '.join(map(str, folders))}")
-    if methods is not None:  # the page lists the methods in the order asked for
-        source = {m: source[m] for m in methods}
+    if methods is not None:
+        if missing := [m for m in methods if m not in source]:
+            raise ValueError(f"--methods {' '.join(missing)}: in none of {', '.join(map(str, folders))}")
+        source = {m: source[m] for m in methods}  # the rows list the methods in the order asked for
         rows.sort(key=lambda r: methods.index(r["method"]))
     if seeds is not None:
         rows = [r for r in rows if r["seed"] in seeds]
@@ -97,8 +97,8 @@ def pool(
     swept = any(sweeps.values())
     if swept:
         chosen = {f: json.loads((f / "selected_lrs.json").read_text()) for f in sweeps if sweeps[f]}
-        selected = {m: chosen.get(f, {}).get(m) for m, f in source.items()}
-        if lrs is not None and (outside := {m: lr for m, lr in selected.items() if lr not in lrs}):
+        selected = {m: chosen.get(f, {}).get(m) for m, f in source.items()}  # None: its folder has no sweep
+        if lrs is not None and (outside := {m: lr for m, lr in selected.items() if lr is not None and lr not in lrs}):
             raise ValueError(
                 f"--lrs {' '.join(map(str, lrs))}: {', '.join(f'{m} chose {lr}' for m, lr in outside.items())} "
                 "(each on its own sweep); expected every chosen rate among the kept ones"
