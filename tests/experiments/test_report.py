@@ -99,6 +99,7 @@ def test_learning_rate_selection_uses_validation_mean_and_breaks_ties_low():
         ("vs_rivals_mqar", "![accuracy"),
         ("vs_rivals_lm", "![bits per byte"),
         ("vs_rivals_hierarchy", "![accuracy"),
+        ("vs_rivals_flipflop", "![accuracy"),
     ],
 )
 def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, image, capsys):
