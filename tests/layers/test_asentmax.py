@@ -11,7 +11,7 @@ from torch.autograd import Function
 
 from tra_attn import ModelConfig
 from tra_attn.layers import ASEntmaxAttention
-from tra_attn.ops.asentmax import entmax_attention, entmax_bisect, entmax_chunked, entmax_naive
+from tra_attn.ops.asentmax import _bisect, _threshold, entmax, entmax_attention, entmax_chunked, entmax_naive
 
 # --- Ported from deep-spin/entmax at commit c2bec6d5e7d649cba7766c2172d89123ec2a6d70 ---------------------------
 
@@ -220,7 +220,7 @@ def ragged_rows(seed=0):
 @pytest.mark.parametrize("alpha", [1.5, 2.0, 1.25])
 def test_entmax_equals_the_authors_bisection_and_exact_sort_forward_and_backward(alpha):
     z = ragged_rows()
-    ours = entmax_bisect(z, alpha)
+    ours = entmax(z, alpha)
     go = torch.randn(12, 12, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     (ours_grad,) = torch.autograd.grad((ours * go).sum(), z)
     references = [lambda row: AuthorsEntmaxBisect.apply(row, alpha)]
@@ -233,6 +233,21 @@ def test_entmax_equals_the_authors_bisection_and_exact_sort_forward_and_backward
             assert (ours[i, : i + 1] - theirs).abs().max() < 1e-14
             assert (ours_grad[i, : i + 1] - their_grad).abs().max() < 1e-13
             assert torch.all(ours[i, i + 1 :] == 0) and torch.all(ours_grad[i, i + 1 :] == 0)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0])
+def test_the_exact_threshold_equals_bisection_with_ties_and_empty_rows(alpha):
+    """The sort-based threshold (alpha 1.5 and 2) against 50 bisection steps: tied scores, a row of one key, a row
+    of no key (all zeros), in fp64 and fp32."""
+    z = ragged_rows().detach()
+    z[5, :4] = 1.0  # ties at the top of a row
+    z[7] = float("-inf")  # no visible key
+    for dtype, tol in ((torch.float64, 1e-13), (torch.float32, 2e-6)):
+        exact, tau, _ = _threshold(z.to(dtype), alpha, 50)
+        bisected, tau_b, _ = _bisect(z.to(dtype), alpha, 50)
+        assert (exact - bisected).abs().max() < tol and (tau - tau_b)[z[:, 0] > float("-inf")].abs().max() < tol
+        assert torch.all(exact[7] == 0) and exact[0, 0] == 1
+        torch.testing.assert_close(exact.sum(-1)[z[:, 0] > float("-inf")], torch.ones(11, dtype=dtype))
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
@@ -286,7 +301,7 @@ def test_a_document_alone_equals_the_document_in_a_packed_or_padded_row():
 def test_exact_zeros_with_finite_gradients_and_single_key_rows():
     q, k, v = inputs(spread=6.0)
     z = (q @ k.transpose(-1, -2)) / 8**0.5
-    p = entmax_bisect(z.masked_fill(torch.ones(13, 13, dtype=torch.bool).triu(1), float("-inf")))
+    p = entmax(z.masked_fill(torch.ones(13, 13, dtype=torch.bool).triu(1), float("-inf")))
     assert (p[..., 6:, :7] == 0).float().mean() > 0.3  # sparse: many causal keys get exactly 0
     (dz,) = torch.autograd.grad((p * torch.randn_like(p)).sum(), z)
     assert torch.isfinite(dz).all() and torch.all(dz[p == 0] == 0)  # a zeroed key receives no gradient

@@ -5,15 +5,16 @@
     z_ij  = scale * theta_i q_i . k_j,     out_i = sum_j p_ij v_j
     theta_i = 1 + softplus(w_b . x_i + b_b) * log(n_i + 1) ^ (2 tanh(w_g . x_i + b_g))   (per head)
 
-Keys below the threshold tau_i get exactly 0. ``entmax_bisect`` finds tau by bisection as the authors' ``entmax``
-package does (``entmax/root_finding.py``), rows shifted by their maximum and the bracket sized by the row's visible
-keys, and normalises after the last step (so rows sum to 1); its backward is entmax's Jacobian. theta_i is the
-authors' "adapt-softplus-tanh" scale (``asentmax`` repository), with n_i the keys query i sees (``rows.key_counts``).
+Keys below the threshold tau_i get exactly 0. For alpha 1.5 (ASEntmax's) and 2 (sparsemax) tau is exact, from one
+sort of the row as the authors' ``entmax15`` and ``sparsemax`` (``entmax/activations.py``): about twice as fast on a
+CPU as bisection. Any other alpha finds tau by bisection as their ``entmax_bisect`` (``entmax/root_finding.py``),
+rows shifted by their maximum and the bracket sized by the row's visible keys. Both normalise at the end (rows sum
+to 1); the backward is entmax's Jacobian. theta_i is the authors' "adapt-softplus-tanh" scale (``asentmax``
+repository), with n_i the keys query i sees (``rows.key_counts``).
 
-No cheap key-block (streaming) path: tau_i needs the whole row at every bisection step, so streaming over key
-blocks would recompute every score at each of the 30-50 steps. Rows are independent, though: ``entmax_chunked``
-walks blocks of query rows against their whole key rows (O(S * block) memory, the steps stay inside a block, the
-backward reuses the saved tau); each step is one elementwise pass over the block's scores.
+No cheap key-block (streaming) path: tau_i needs the whole row (sorted, or at every bisection step), so streaming
+over key blocks would recompute every score many times. Rows are independent, though: ``entmax_chunked`` walks
+blocks of query rows against their whole key rows (O(S * block) memory, the backward reuses the saved tau).
 """
 
 from __future__ import annotations
@@ -50,6 +51,42 @@ def _bisect(z: torch.Tensor, alpha: float, steps: int):
     return p / norm, tau, norm
 
 
+EXACT_ALPHAS = (1.5, 2.0)  # closed-form thresholds after a sort; any other alpha bisects
+
+
+def _sorted_threshold(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The exact tau (..., 1) of rows x = (alpha - 1)(z - max) (-inf outside the visible keys) for alpha 1.5 or 2:
+    sort each row, take for every support size k the tau that makes the k largest entries sum to 1, keep the largest
+    k whose k-th entry stays above its tau (the authors' full-sort entmax15 and sparsemax)."""
+    xs = torch.sort(x, dim=-1, descending=True).values
+    visible = xs > float("-inf")
+    xs0 = torch.where(visible, xs, 0.0)  # padding adds nothing to the cumulative sums
+    rho = torch.arange(1, x.shape[-1] + 1, device=x.device, dtype=x.dtype)
+    total = xs0.cumsum(-1)
+    if alpha == 2.0:  # sparsemax: sum_{j<=k} (x_j - tau) = 1
+        tau = (total - 1) / rho
+    else:  # 1.5-entmax: sum_{j<=k} (x_j - tau)^2 = 1, the smaller root
+        mean = total / rho
+        delta = (1 - ((xs0 * xs0).cumsum(-1) - rho * mean * mean)) / rho
+        tau = mean - torch.sqrt(torch.clamp(delta, min=0))
+    support = ((tau <= xs) & visible).sum(-1, keepdim=True).clamp(min=1)
+    return tau.gather(-1, support - 1)
+
+
+def _threshold(z: torch.Tensor, alpha: float, steps: int):
+    """alpha-entmax of z (..., n), -inf outside the visible keys: (p, tau, norm) as ``_bisect``; exact for alpha in
+    ``EXACT_ALPHAS``, bisection otherwise."""
+    if alpha not in EXACT_ALPHAS:
+        return _bisect(z, alpha, steps)
+    top = z.amax(-1, keepdim=True)
+    has_key = top > float("-inf")
+    x = (z - torch.where(has_key, top, 0.0)) * (alpha - 1)
+    tau = _sorted_threshold(x, alpha)
+    p = torch.clamp(x - tau, min=0) ** (1 / (alpha - 1))
+    norm = torch.where(has_key, p.sum(-1, keepdim=True), 1.0)
+    return p / norm, tau, norm
+
+
 def _entmax_grad(p: torch.Tensor, grad: torch.Tensor, alpha: float) -> torch.Tensor:
     """d loss / d z from d loss / d p (entmax's Jacobian): with s = p^(2 - alpha) on the support,
     dz = s (g - <s, g> / sum s)."""
@@ -59,12 +96,12 @@ def _entmax_grad(p: torch.Tensor, grad: torch.Tensor, alpha: float) -> torch.Ten
     return s * (grad - mean)
 
 
-class EntmaxBisect(torch.autograd.Function):
-    """alpha-entmax over the last dimension (-inf entries get 0) by bisection."""
+class Entmax(torch.autograd.Function):
+    """alpha-entmax over the last dimension (-inf entries get 0): exact after a sort, or by bisection."""
 
     @staticmethod
     def forward(ctx, z, alpha: float, steps: int):
-        p, _, _ = _bisect(z, alpha, steps)
+        p, _, _ = _threshold(z, alpha, steps)
         ctx.save_for_backward(p)
         ctx.alpha = alpha
         return p
@@ -76,9 +113,10 @@ class EntmaxBisect(torch.autograd.Function):
         return _entmax_grad(p, grad, ctx.alpha), None, None
 
 
-def entmax_bisect(z: torch.Tensor, alpha: float = 1.5, steps: int | None = None) -> torch.Tensor:
-    """alpha-entmax (alpha in (1, 2]) over the last dimension of z; -inf entries, and rows of only -inf, get 0."""
-    return EntmaxBisect.apply(z, float(alpha), steps or bisection_steps(z.dtype))
+def entmax(z: torch.Tensor, alpha: float = 1.5, steps: int | None = None) -> torch.Tensor:
+    """alpha-entmax (alpha in (1, 2]) over the last dimension of z; -inf entries, and rows of only -inf, get 0.
+    ``steps``: bisection steps for an alpha outside ``EXACT_ALPHAS`` (default by dtype)."""
+    return Entmax.apply(z, float(alpha), steps or bisection_steps(z.dtype))
 
 
 def asentmax_query_scale(beta_logit: torch.Tensor, gamma_logit: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -89,7 +127,7 @@ def asentmax_query_scale(beta_logit: torch.Tensor, gamma_logit: torch.Tensor, n:
 
 
 def entmax_naive(q, k, v, alpha: float, scale=None, segment_ids=None, logit_dropout: float = 0.0) -> torch.Tensor:
-    """Materialised alpha-entmax attention (autograd, with ``EntmaxBisect``); optional logit dropout (dropped logits
+    """Materialised alpha-entmax attention (autograd, with ``Entmax``); optional logit dropout (dropped logits
     become 0, kept ones are scaled by 1 / (1 - p), as ops/logit_dropout.py)."""
     cdt = compute_dtype(q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -97,13 +135,13 @@ def entmax_naive(q, k, v, alpha: float, scale=None, segment_ids=None, logit_drop
     z = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
     if logit_dropout:
         z = F.dropout(torch.where(visible, z, 0.0), logit_dropout, training=True)
-    p = entmax_bisect(torch.where(visible, z, float("-inf")), alpha)
+    p = entmax(torch.where(visible, z, float("-inf")), alpha)
     return (p @ v.to(cdt)).to(q.dtype)
 
 
 class _ChunkedEntmax(torch.autograd.Function):
     """Blocks of query rows against their whole causal key rows; the backward recomputes each block's weights from
-    the saved threshold and normaliser (no second bisection)."""
+    the saved threshold and normaliser (no second threshold search)."""
 
     @staticmethod
     def forward(ctx, q, k, v, alpha: float, scale: float, block: int, segment_ids):
@@ -113,7 +151,7 @@ class _ChunkedEntmax(torch.autograd.Function):
         for r0, r1 in row_blocks(sq, block):
             kp, visible = block_keys(sq, sk, r0, r1, segment_ids, q.device)
             z = torch.where(visible, scale * (q[..., r0:r1, :] @ k[..., :kp, :].transpose(-1, -2)), float("-inf"))
-            p, tau[..., r0:r1, :], norm[..., r0:r1, :] = _bisect(z, alpha, bisection_steps(q.dtype))
+            p, tau[..., r0:r1, :], norm[..., r0:r1, :] = _threshold(z, alpha, bisection_steps(q.dtype))
             out[..., r0:r1, :] = p @ v[..., :kp, :]
         ctx.save_for_backward(q, k, v, tau, norm)
         ctx.alpha, ctx.scale, ctx.block, ctx.segment_ids = alpha, scale, block, segment_ids
