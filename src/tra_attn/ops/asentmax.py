@@ -33,31 +33,27 @@ def bisection_steps(dtype: torch.dtype) -> int:
     return 50 if dtype == torch.float64 else 30
 
 
-def _bisect(z: torch.Tensor, alpha: float, steps: int):
-    """alpha-entmax of z (..., n), -inf outside the visible keys: (p, tau, norm), tau and norm (..., 1) of the last
-    step (p = [x - tau]_+^(1/(alpha-1)) / norm with x = (alpha - 1)(z - max)); a row with no key gives p = 0."""
-    top = z.amax(-1, keepdim=True)
-    has_key = top > float("-inf")
-    x = (z - torch.where(has_key, top, 0.0)) * (alpha - 1)
-    n = (z > float("-inf")).sum(-1, keepdim=True).clamp(min=1).to(z.dtype)
-    tau_lo = torch.full_like(top, -1.0)  # p_max = 1: sum >= 1
+EXACT_ALPHAS = (1.5, 2.0)  # closed-form thresholds after a sort; any other alpha bisects
+
+
+def _bisected_threshold(x: torch.Tensor, alpha: float, steps: int) -> torch.Tensor:
+    """tau (..., 1) of rows x = (alpha - 1)(z - max) (-inf outside the visible keys) by bisection: the midpoint of
+    the last step, the bracket [-1, -(1/n)^(alpha-1)] sized by the row's n visible keys."""
+    n = (x > float("-inf")).sum(-1, keepdim=True).clamp(min=1).to(x.dtype)
+    tau_lo = torch.full_like(n, -1.0)  # p_max = 1: sum >= 1
     step = 1 - n ** (1 - alpha)  # tau_hi = -(1/n)^(alpha-1): every p <= 1/n, sum <= 1
     for _ in range(steps):
         step = step / 2
         tau = tau_lo + step
         p = torch.clamp(x - tau, min=0) ** (1 / (alpha - 1))
         tau_lo = torch.where(p.sum(-1, keepdim=True) >= 1, tau, tau_lo)
-    norm = torch.where(has_key, p.sum(-1, keepdim=True), 1.0)
-    return p / norm, tau, norm
-
-
-EXACT_ALPHAS = (1.5, 2.0)  # closed-form thresholds after a sort; any other alpha bisects
+    return tau
 
 
 def _sorted_threshold(x: torch.Tensor, alpha: float) -> torch.Tensor:
-    """The exact tau (..., 1) of rows x = (alpha - 1)(z - max) (-inf outside the visible keys) for alpha 1.5 or 2:
-    sort each row, take for every support size k the tau that makes the k largest entries sum to 1, keep the largest
-    k whose k-th entry stays above its tau (the authors' full-sort entmax15 and sparsemax)."""
+    """The exact tau (..., 1) of rows x as ``_bisected_threshold``'s, for alpha 1.5 or 2: sort each row, take for
+    every support size k the tau that makes the k largest entries sum to 1, keep the largest k whose k-th entry
+    stays above its tau (the authors' full-sort entmax15 and sparsemax)."""
     xs = torch.sort(x, dim=-1, descending=True).values
     visible = xs > float("-inf")
     xs0 = torch.where(visible, xs, 0.0)  # padding adds nothing to the cumulative sums
@@ -73,15 +69,15 @@ def _sorted_threshold(x: torch.Tensor, alpha: float) -> torch.Tensor:
     return tau.gather(-1, support - 1)
 
 
-def _threshold(z: torch.Tensor, alpha: float, steps: int):
-    """alpha-entmax of z (..., n), -inf outside the visible keys: (p, tau, norm) as ``_bisect``; exact for alpha in
-    ``EXACT_ALPHAS``, bisection otherwise."""
-    if alpha not in EXACT_ALPHAS:
-        return _bisect(z, alpha, steps)
+def _threshold(z: torch.Tensor, alpha: float, steps: int, exact: bool = True):
+    """alpha-entmax of z (..., n), -inf outside the visible keys: (p, tau, norm), tau and norm (..., 1) with
+    p = [x - tau]_+^(1/(alpha-1)) / norm, x = (alpha - 1)(z - max); a row with no key gives p = 0. tau is exact for
+    alpha in ``EXACT_ALPHAS`` (unless ``exact`` is False), found by ``steps`` bisection steps otherwise."""
     top = z.amax(-1, keepdim=True)
     has_key = top > float("-inf")
     x = (z - torch.where(has_key, top, 0.0)) * (alpha - 1)
-    tau = _sorted_threshold(x, alpha)
+    exact = exact and alpha in EXACT_ALPHAS
+    tau = _sorted_threshold(x, alpha) if exact else _bisected_threshold(x, alpha, steps)
     p = torch.clamp(x - tau, min=0) ** (1 / (alpha - 1))
     norm = torch.where(has_key, p.sum(-1, keepdim=True), 1.0)
     return p / norm, tau, norm
