@@ -124,3 +124,16 @@ def test_the_committed_results_rebuild_into_the_committed_page(tmp_path, name, i
         if old.startswith(("Regenerate this page", image)):
             continue  # they name the output paths
         assert new == old
+
+
+@pytest.mark.parametrize("notes", ["Text.\n", "## Discussion\n\nText.\n", "\n## Discussion\nText."])
+def test_a_page_has_one_discussion_heading_whether_or_not_the_notes_open_with_it(notes):
+    from tra_attn.experiments.tables import discussion_lines
+
+    assert discussion_lines(notes) == ["## Discussion", "", "Text."]
+
+
+def test_notes_that_open_with_another_heading_keep_it():
+    from tra_attn.experiments.tables import discussion_lines
+
+    assert discussion_lines("## Discussion of X\n\nText.") == ["## Discussion", "", "## Discussion of X\n\nText."]

@@ -131,13 +131,14 @@ def test_two_step_caps_of_one_task_are_two_columns(folders, tmp_path):
     assert table[1]["cells"] == ["2/2", "1/2"] and table[1]["passed"] == [True, False]
 
 
-def test_the_committed_scorecard_page_rebuilds_from_the_committed_rows(tmp_path, monkeypatch, capsys):
-    """results/tra_one_config.md is what its own command prints from the committed rows."""
+@pytest.mark.parametrize("page", ["tra_one_config", "tra_invariance", "vs_rivals_scorecard"])
+def test_the_committed_scorecard_page_rebuilds_from_the_committed_rows(page, tmp_path, monkeypatch, capsys):
+    """Each committed scorecard page is what its own command prints from the committed rows."""
     import shlex
     from pathlib import Path
 
     root = Path(__file__).parents[2]
-    committed = (root / "results" / "tra_one_config.md").read_text()
+    committed = (root / "results" / f"{page}.md").read_text()
     command = committed.splitlines()[2].removeprefix("Command: `").removesuffix("`  ")
     argv = shlex.split(command)[1:]
     argv[argv.index("--markdown") + 1] = str(tmp_path / "page.md")

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..utils.rows import read_rows
 from .fit import steps_to_fit
 from .pool import pooled_rows
-from .tables import label, mean_std
+from .tables import discussion_lines, label, mean_std
 
 TEXT_METRIC = "bits_per_byte"
 EXACT = 0.99  # full-sequence accuracy that counts as exact
@@ -210,5 +210,5 @@ def scorecard_page(columns, table, sources, command: str, notes: str = "") -> st
             if method in methods:
                 lines.append(f"| {comparison} | {label(method)} | `{methods[method]}` |")
     if notes:
-        lines += ["", "## Discussion", "", notes.strip()]
+        lines += ["", *discussion_lines(notes)]
     return "\n".join(lines) + "\n"

@@ -160,3 +160,15 @@ def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> l
         cells = [diverged.get((method, lr)) or fmt(by_lr[method].get(lr, [])) for lr in lrs]
         lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
     return lines
+
+
+DISCUSSION = "## Discussion"
+
+
+def discussion_lines(notes: str) -> list[str]:
+    """A page's closing "Discussion" section holding the text of a notes file; notes that open with that
+    heading themselves get it once, not twice."""
+    text = notes.strip()
+    if text.splitlines()[:1] == [DISCUSSION]:
+        text = text[len(DISCUSSION) :].strip()
+    return [DISCUSSION, "", text]

@@ -21,6 +21,7 @@ from ..tables import (
     PRESET_LEARNING_RATES,
     collect,
     color,
+    discussion_lines,
     diverged_cells,
     fmt,
     label,
@@ -256,6 +257,6 @@ def write_report(
             lines += [f"## {task}", ""]
         lines += task_section(task_rows, sweep, selected, learning_rates, plot, markdown, "###" if suite else "##")
     if notes:
-        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+        lines += [*discussion_lines(Path(notes).read_text()), ""]
     atomic_write_text(markdown, "\n".join(lines))
     return markdown

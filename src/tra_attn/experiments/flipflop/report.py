@@ -20,6 +20,7 @@ from ..tables import (
     PRESET_LEARNING_RATES,
     collect,
     color,
+    discussion_lines,
     label,
     learning_rate_note,
     mean_std,
@@ -217,6 +218,6 @@ def write_report(
         table = sweep_table(sweep, selected, "full_seq_acc")
         lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *table, ""]
     if notes:
-        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+        lines += [*discussion_lines(Path(notes).read_text()), ""]
     atomic_write_text(markdown, "\n".join(lines))
     return markdown

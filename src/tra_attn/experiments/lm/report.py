@@ -13,6 +13,7 @@ from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.rows import read_rows
 from ..tables import (
     color,
+    discussion_lines,
     diverged_cells,
     fmt,
     label,
@@ -167,6 +168,6 @@ def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
         table = sweep_table(sweep, selected, SELECTION_METRIC)
         lines += ["## Learning-rate sweep (validation bits per byte at the training length)", "", *table, ""]
     if notes:
-        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+        lines += [*discussion_lines(Path(notes).read_text()), ""]
     atomic_write_text(markdown, "\n".join(lines))
     return markdown

@@ -20,6 +20,7 @@ from ..fit import FIT_ACCURACY, unfit_methods
 from ..tables import (
     PRESET_LEARNING_RATES,
     collect,
+    discussion_lines,
     diverged_cells,
     label,
     learning_rate_note,
@@ -202,6 +203,6 @@ def write_report(
         lines += ["## Learning-rate sweep (validation exact match)", ""]
         lines += [*sweep_table(sweep, selected, "full_seq_acc"), ""]
     if notes:
-        lines += ["## Discussion", "", Path(notes).read_text().strip(), ""]
+        lines += [*discussion_lines(Path(notes).read_text()), ""]
     atomic_write_text(markdown, "\n".join(lines))
     return markdown
