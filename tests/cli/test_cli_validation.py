@@ -84,7 +84,7 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
         r"--tra-local-window is an option of tra, tra_keygate, tra_nodistance; the model's attention is 'rope' "
-        r"\(its options: --rope-base, --rope-random-positions\)",
+        r"\(its options: --rope-base, --rope-random-positions, --rope-random-positions-at-eval\)",
     ),
     (
         ["train", "--out", "{tmp}/r", "--attention", "nope", "--cope-max-pos", "4"],

@@ -1,6 +1,7 @@
 """Randomized positional encodings (Ruoss et al., ACL 2023) as the ``random_positions`` option of the position-based
 kinds: training forwards draw one sorted random subset of [0, N) per row, shared by every layer; evaluation and
-generation use plain positions; resuming a run repeats the draws; no graph break."""
+generation use plain positions, or with ``random_positions_at_eval`` draw them too (deterministically, as the
+authors evaluate); resuming a run repeats the draws; no graph break."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ KINDS = ["rope", "alibi", "t5", "fire", "kerple"]
 SPAN = 50
 
 
-def pair(kind: str, **fields) -> tuple[TransformerLM, TransformerLM]:
-    """The same weights with random positions in [0, SPAN) and without."""
+def pair(kind: str, at_eval: bool = False, **fields) -> tuple[TransformerLM, TransformerLM]:
+    """The same weights with random positions in [0, SPAN) (also at evaluation if ``at_eval``) and without."""
     config = ModelConfig(vocab_size=13, d_model=16, n_layers=3, n_heads=2, attention=kind, **fields)
     torch.manual_seed(0)
     plain = TransformerLM(config)
     with torch.no_grad():  # T5's table starts at zero (no positions at all): give it values
         for p in plain.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    options = dataclasses.replace(config.attention_options, random_positions=SPAN)
+    options = dataclasses.replace(config.attention_options, random_positions=SPAN, random_positions_at_eval=at_eval)
     randomized = TransformerLM(dataclasses.replace(config, attention_options=options))
     randomized.load_state_dict(plain.state_dict())
     return randomized, plain
@@ -134,3 +135,49 @@ def test_every_position_based_kind_has_a_random_positions_family():
         assert method.attention == kind and method.options == {"random_positions": 2048}
     config = run_config(FLIPFLOP, PRESETS["cpu"], "fire_random2048", 1e-3, 0)
     assert config.model.attention_options.random_positions == 2048
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_with_the_at_eval_option_evaluation_draws_positions_from_a_fixed_seed_and_training_is_unchanged(kind):
+    at_eval, plain = pair(kind, at_eval=True)
+    training, _ = pair(kind)
+    ids = torch.randint(0, 13, (4, 17))
+    at_eval.eval(), plain.eval()
+    seen = record_positions(at_eval)
+    state = torch.get_rng_state()
+    with torch.no_grad():
+        first, second = at_eval(ids), at_eval(ids)
+    assert torch.equal(torch.get_rng_state(), state)  # evaluation leaves the global generator alone
+    assert torch.equal(first, second) and not torch.allclose(first, plain(ids))
+    assert len(seen) == 6 and all(p is seen[0] for p in seen[:3])  # one draw per forward, every layer
+    positions = seen[0]
+    assert positions.shape == (4, 17) and (positions.diff(dim=-1) > 0).all() and positions.max() < SPAN
+    assert torch.equal(positions, random_positions(4, 17, SPAN, generator=torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        generated = at_eval.generate(ids[:, :5], 3, temperature=0, use_cache=False)
+    assert generated.shape == (4, 8)
+    with pytest.raises(ValueError, match=r"random_positions_at_eval: a forward with a KV cache; expected none"):
+        at_eval.generate(ids[:, :5], 3, temperature=0)
+    at_eval.train(), training.train()
+    torch.manual_seed(5)
+    loss = at_eval(ids, labels=ids).mean()
+    torch.manual_seed(5)
+    assert torch.equal(loss, training(ids, labels=ids).mean())
+
+
+def test_positions_at_eval_need_a_range_to_draw_from():
+    from tra_attn.layers.alibi import ALiBiOptions
+
+    with pytest.raises(ValueError, match=r"ALiBiOptions.random_positions_at_eval = True with random_positions = 0"):
+        ALiBiOptions(random_positions_at_eval=True)
+    with pytest.raises(ValueError, match=r"random_positions_at_eval = True with random_positions = 0"):
+        ModelConfig(vocab_size=5, attention="t5", attention_options={"random_positions_at_eval": True})
+
+
+def test_every_position_based_kind_has_a_family_that_draws_at_evaluation_too():
+    from tra_attn.experiments.methods import resolve_method
+
+    for kind in KINDS:
+        method = resolve_method(f"{kind}_random1024_evalrandom")
+        assert method.attention == kind
+        assert method.options == {"random_positions": 1024, "random_positions_at_eval": True}

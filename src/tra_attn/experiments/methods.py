@@ -299,9 +299,17 @@ def _random_positions(n: int) -> str:
             "positional encodings); evaluation at 0, 1, ...")  # fmt: skip
 
 
+def _random_positions_at_eval(n: int) -> str:
+    return (f"positions: a sorted random subset of [0, {n}) per row, in training and in evaluation (randomized "
+            "positional encodings as their authors evaluate them)")  # fmt: skip
+
+
 for _kind in ("rope", "alibi", "t5", "fire", "kerple"):
     register_family(MethodFamily(f"{_kind}_random{{n}}", _kind, {"n": int}, options=lambda n: {"random_positions": n},
                                  description=_random_positions))  # fmt: skip
+    register_family(MethodFamily(f"{_kind}_random{{n}}_evalrandom", _kind, {"n": int},
+                                 options=lambda n: {"random_positions": n, "random_positions_at_eval": True},
+                                 description=_random_positions_at_eval))  # fmt: skip
 
 ALIASES.update({"tra_surrogate0.5": "tra_surrogate0p5", "tra_threshold-0.5": "tra_threshold_m0p5",
                 "tra_threshold-1": "tra_threshold_m1"})  # fmt: skip

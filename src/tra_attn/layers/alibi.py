@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from ..ops.alibi import alibi_attention, alibi_slopes
 from .base import Attention
-from .options import KindOptions, random_positions_option
+from .options import RandomPositionsOptions, random_positions_at_eval_option, random_positions_option
 
 
 @dataclass(frozen=True)
-class ALiBiOptions(KindOptions):
+class ALiBiOptions(RandomPositionsOptions):
     prefix = "alibi"
     random_positions: int = random_positions_option()
+    random_positions_at_eval: bool = random_positions_at_eval_option()
 
 
 class ALiBiAttention(Attention):
@@ -31,6 +32,9 @@ class ALiBiAttention(Attention):
 
     def position_range(self) -> int:
         return self.options.random_positions
+
+    def positions_drawn_at_eval(self) -> bool:
+        return self.options.random_positions_at_eval
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

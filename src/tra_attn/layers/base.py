@@ -135,6 +135,11 @@ class Attention(nn.Module):
         default: plain positions."""
         return 0
 
+    def positions_drawn_at_eval(self) -> bool:
+        """True asks the model to draw positions (from ``position_range``) in evaluation forwards as well, as the
+        randomized encodings' authors evaluate; False, the default: evaluation and generation use 0, 1, ..."""
+        return False
+
     def post_init(self) -> None:
         """Initialise parameters that the model's generic initialisation should not set (from the options)."""
 

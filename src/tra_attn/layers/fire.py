@@ -16,16 +16,24 @@ from torch import nn
 
 from ..ops.fire import fire_attention
 from .base import Attention
-from .options import KindOptions, option, positive, positive_int, random_positions_option
+from .options import (
+    RandomPositionsOptions,
+    option,
+    positive,
+    positive_int,
+    random_positions_at_eval_option,
+    random_positions_option,
+)
 
 
 @dataclass(frozen=True)
-class FIREOptions(KindOptions):
+class FIREOptions(RandomPositionsOptions):
     prefix = "fire"
     mlp_width: int = option(32, "hidden units of the MLP f", positive_int)
     c_init: float = option(0.1, "initial c of psi(x) = log(|c x| + 1)", positive)
     threshold_init: float = option(512.0, "L0: the threshold L of max(L, i) starts at L0 (learned as m * L0)", positive)
     random_positions: int = random_positions_option()
+    random_positions_at_eval: bool = random_positions_at_eval_option()
 
 
 class FIREAttention(Attention):
@@ -44,6 +52,9 @@ class FIREAttention(Attention):
 
     def position_range(self) -> int:
         return self.options.random_positions
+
+    def positions_drawn_at_eval(self) -> bool:
+        return self.options.random_positions_at_eval
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

@@ -16,7 +16,13 @@ from torch import nn
 
 from ..ops.kerple import kerple_attention
 from .base import Attention
-from .options import KindOptions, option, positive, random_positions_option
+from .options import (
+    RandomPositionsOptions,
+    option,
+    positive,
+    random_positions_at_eval_option,
+    random_positions_option,
+)
 
 FLOOR = 1e-2  # the authors' eps: r1 and r2 never go below it
 
@@ -27,11 +33,12 @@ def floored(p: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class KERPLEOptions(KindOptions):
+class KERPLEOptions(RandomPositionsOptions):
     prefix = "kerple"
     r1_init: float = option(2.0, "r1 (the log kernel's scale) starts uniform in (0, r1_init) per head", positive)
     r2_init: float = option(1.0, "r2 (the distance's scale) starts uniform in (0, r2_init) per head", positive)
     random_positions: int = random_positions_option()
+    random_positions_at_eval: bool = random_positions_at_eval_option()
 
 
 class KERPLEAttention(Attention):
@@ -44,6 +51,9 @@ class KERPLEAttention(Attention):
 
     def position_range(self) -> int:
         return self.options.random_positions
+
+    def positions_drawn_at_eval(self) -> bool:
+        return self.options.random_positions_at_eval
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

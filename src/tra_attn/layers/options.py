@@ -158,7 +158,30 @@ def random_positions_option() -> Any:
     ``position_range``): randomized positional encodings in training (ops/positions.py)."""
     return option(
         0,
-        "training only: positions are a sorted random subset of [0, N), drawn once per forward for every layer "
-        "(randomized positional encodings, Ruoss et al. 2023); evaluation uses 0, 1, ...; 0: off",
+        "in training, positions are a sorted random subset of [0, N), drawn once per forward for every layer "
+        "(randomized positional encodings, Ruoss et al. 2023); evaluation uses 0, 1, ... (unless "
+        "random_positions_at_eval); 0: off",
         non_negative_int,
     )
+
+
+def random_positions_at_eval_option() -> Any:
+    """The option ``random_positions_at_eval`` of the position-based kinds: evaluation forwards draw positions too."""
+    return option(
+        False,
+        "with random_positions: evaluation forwards draw their positions as training does (the authors' protocol), "
+        "from a fixed seed so evaluation is deterministic; no KV-cache decoding; false: evaluation uses 0, 1, ...",
+    )
+
+
+@dataclass(frozen=True)
+class RandomPositionsOptions(KindOptions):
+    """Base of the options of a position-based kind, which declares ``random_positions`` and
+    ``random_positions_at_eval`` (after its own options); checks that the second has a range to draw from."""
+
+    def check(self) -> None:
+        if self.random_positions_at_eval and not self.random_positions:
+            raise ValueError(
+                f"{self.describe('random_positions_at_eval')} = True with random_positions = 0; expected "
+                "random_positions > 0, the range evaluation positions are drawn from"
+            )

@@ -18,14 +18,21 @@ from ..ops.causal import causal_sdpa
 from ..ops.masks import document_positions
 from ..ops.rope import apply_rope, rope_angles
 from .base import Attention
-from .options import KindOptions, option, positive, random_positions_option
+from .options import (
+    RandomPositionsOptions,
+    option,
+    positive,
+    random_positions_at_eval_option,
+    random_positions_option,
+)
 
 
 @dataclass(frozen=True)
-class RoPEOptions(KindOptions):
+class RoPEOptions(RandomPositionsOptions):
     prefix = "rope"
     base: float = option(10000.0, "RoPE frequency base", positive)
     random_positions: int = random_positions_option()
+    random_positions_at_eval: bool = random_positions_at_eval_option()
 
 
 class RoPEAttention(Attention):
@@ -45,6 +52,9 @@ class RoPEAttention(Attention):
 
     def position_range(self) -> int:
         return self.options.random_positions
+
+    def positions_drawn_at_eval(self) -> bool:
+        return self.options.random_positions_at_eval
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         s = q.shape[-2]

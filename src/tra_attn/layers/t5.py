@@ -15,7 +15,13 @@ from torch import nn
 
 from ..ops.t5 import t5_attention
 from .base import Attention
-from .options import KindOptions, option, positive_int, random_positions_option
+from .options import (
+    RandomPositionsOptions,
+    option,
+    positive_int,
+    random_positions_at_eval_option,
+    random_positions_option,
+)
 
 
 def at_least_two(value) -> str | None:
@@ -23,13 +29,15 @@ def at_least_two(value) -> str | None:
 
 
 @dataclass(frozen=True)
-class T5Options(KindOptions):
+class T5Options(RandomPositionsOptions):
     prefix = "t5"
     num_buckets: int = option(32, "distance buckets: half exact, half log-spaced up to max_distance", at_least_two)
     max_distance: int = option(128, "distances from this one on share the last bucket", positive_int)
     random_positions: int = random_positions_option()
+    random_positions_at_eval: bool = random_positions_at_eval_option()
 
     def check(self) -> None:
+        super().check()
         exact = self.num_buckets // 2
         if self.max_distance <= exact:
             raise ValueError(
@@ -47,6 +55,9 @@ class T5Attention(Attention):
 
     def position_range(self) -> int:
         return self.options.random_positions
+
+    def positions_drawn_at_eval(self) -> bool:
+        return self.options.random_positions_at_eval
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)

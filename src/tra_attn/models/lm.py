@@ -141,18 +141,32 @@ class TransformerLM(nn.Module):
         if attention_mask is not None:  # the ids under padding are never read: any pad id will do
             input_ids = input_ids.masked_fill(attention_mask == 0, 0)
         x = self.dropout(self.embed(as_index(input_ids)))
-        positions = self.training_positions(input_ids, keys) if self.training and cache is None else None
+        positions = self.drawn_positions(input_ids, keys, cache)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], keys, positions)
         return self.norm(x), None if keys is None else keys[:, -input_ids.shape[1] :]
 
-    def training_positions(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None) -> torch.Tensor | None:
-        """(B, S) positions shared by every layer of a training forward when its attention asks for random ones
-        (``Attention.position_range``), one draw of torch's global generator (ops/positions.py); else None."""
+    def drawn_positions(
+        self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None, cache: KVCache | None
+    ) -> torch.Tensor | None:
+        """(B, S) positions shared by every layer of the forward when its attention asks for random ones
+        (``Attention.position_range``; ops/positions.py), else None (plain positions). Training draws with torch's
+        global generator; an evaluation forward draws only if asked (``Attention.positions_drawn_at_eval``), from
+        a generator seeded 0, so evaluation is deterministic; such a model decodes without a KV cache."""
         span = max(block.attn.position_range() for block in self.blocks)
-        if not span:
+        if not span or (self.training and cache is not None):
             return None
-        return random_positions(*input_ids.shape, span, input_ids.device, segment_ids)
+        if self.training:
+            return random_positions(*input_ids.shape, span, input_ids.device, segment_ids)
+        if not any(block.attn.positions_drawn_at_eval() for block in self.blocks):
+            return None
+        if cache is not None:
+            raise ValueError(
+                "random_positions_at_eval: a forward with a KV cache; expected none (positions drawn per forward "
+                "cannot continue across decoding steps): evaluate or generate without a cache"
+            )
+        generator = torch.Generator(input_ids.device).manual_seed(0)
+        return random_positions(*input_ids.shape, span, input_ids.device, segment_ids, generator)
 
     def forward(
         self,
