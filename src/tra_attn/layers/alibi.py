@@ -30,12 +30,6 @@ class ALiBiAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def position_range(self) -> int:
-        return self.options.random_positions
-
-    def positions_drawn_at_eval(self) -> bool:
-        return self.options.random_positions_at_eval
-
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
         slopes, dropout = self.slopes, self.logit_dropout()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .cache import LayerCache
-from .options import KindOptions, NoOptions
+from .options import KindOptions, NoOptions, RandomPositionsOptions
 
 if TYPE_CHECKING:  # type hints only: the model config is data the layers read
     from ..models.config import ModelConfig
@@ -131,14 +131,15 @@ class Attention(nn.Module):
 
     def position_range(self) -> int:
         """N > 0 asks the model for training positions drawn as a sorted random subset of [0, N), the same in every
-        layer of a forward (randomized positional encodings; ``attend`` then receives ``positions``); 0, the
-        default: plain positions."""
-        return 0
+        layer of a forward (randomized positional encodings; ``attend`` then receives ``positions``): the option
+        ``random_positions`` of a kind whose options are ``RandomPositionsOptions``; 0 otherwise (plain positions)."""
+        return self.options.random_positions if isinstance(self.options, RandomPositionsOptions) else 0
 
     def positions_drawn_at_eval(self) -> bool:
         """True asks the model to draw positions (from ``position_range``) in evaluation forwards as well, as the
-        randomized encodings' authors evaluate; False, the default: evaluation and generation use 0, 1, ..."""
-        return False
+        randomized encodings' authors evaluate (the option ``random_positions_at_eval``); False otherwise:
+        evaluation and generation use 0, 1, ..."""
+        return isinstance(self.options, RandomPositionsOptions) and self.options.random_positions_at_eval
 
     def post_init(self) -> None:
         """Initialise parameters that the model's generic initialisation should not set (from the options)."""

@@ -50,12 +50,6 @@ class FIREAttention(Attention):
         self.mlp_in.reset_parameters()
         self.mlp_out.reset_parameters()
 
-    def position_range(self) -> int:
-        return self.options.random_positions
-
-    def positions_drawn_at_eval(self) -> bool:
-        return self.options.random_positions_at_eval
-
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
         threshold = torch.abs(self.threshold_multiplier * self.options.threshold_init)

@@ -49,12 +49,6 @@ class KERPLEAttention(Attention):
         self.r1 = nn.Parameter(torch.rand(n_heads) * self.options.r1_init)
         self.r2 = nn.Parameter(torch.rand(n_heads) * self.options.r2_init)
 
-    def position_range(self) -> int:
-        return self.options.random_positions
-
-    def positions_drawn_at_eval(self) -> bool:
-        return self.options.random_positions_at_eval
-
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
         return kerple_attention(

@@ -50,12 +50,6 @@ class RoPEAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.base = self.options.base
 
-    def position_range(self) -> int:
-        return self.options.random_positions
-
-    def positions_drawn_at_eval(self) -> bool:
-        return self.options.random_positions_at_eval
-
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         s = q.shape[-2]
         if positions is not None:  # given (training with random positions): per row

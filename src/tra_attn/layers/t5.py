@@ -53,12 +53,6 @@ class T5Attention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.relative_attention_bias = nn.Parameter(torch.zeros(self.options.num_buckets, n_heads))
 
-    def position_range(self) -> int:
-        return self.options.random_positions
-
-    def positions_drawn_at_eval(self) -> bool:
-        return self.options.random_positions_at_eval
-
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
         table = self.relative_attention_bias

@@ -35,7 +35,7 @@ def random_positions(
     position in its document: a document of n tokens gets the row's n smallest."""
     if length > span:
         raise ValueError(
-            f"random_positions = {span}; expected at least the sequence length {length} (training positions are "
+            f"random_positions = {span}; expected at least the sequence length {length} (positions are "
             f"a sorted random subset of [0, random_positions))"
         )
     scores = torch.rand(batch, span, device=device, generator=generator)
