@@ -7,7 +7,7 @@ and generation pay, under no_grad) and forward+backward. A second table times th
 materialised reference, which served them before. Each measurement runs in a fresh subprocess so that its
 peak RSS is its own.
 
-    python benchmarks/attention.py --out results/attention_cpu.md
+    python benchmarks/attention.py --out results/benchmarks/attention_cpu.md
 
 GPU mode: bf16, S in {2k, 4k, 8k, 16k}, D in {64, 128} (16k tokens per batch, d_model 2048): TFLOP/s
 of the TRA Triton kernels (without and with early exit) against SDPA's flash backend, forward and
@@ -16,7 +16,7 @@ backward separately, and peak memory. FLOPs follow the FlashAttention convention
 1024 (segment ids); its TFLOP/s use the same one-document count, so its ratio to the TRA row is the speed-up
 from not attending across document boundaries.
 
-    python benchmarks/attention.py --device cuda --out results/attention_gpu.md
+    python benchmarks/attention.py --device cuda --out results/benchmarks/attention_gpu.md
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKED_DOCUMENT = 1024  # tokens per document in the GPU mode's packed row
 COMMANDS = {
-    "cpu": "python benchmarks/attention.py --out results/attention_cpu.md",
-    "cuda": "python benchmarks/attention.py --device cuda --out results/attention_gpu.md",
+    "cpu": "python benchmarks/attention.py --out results/benchmarks/attention_cpu.md",
+    "cuda": "python benchmarks/attention.py --device cuda --out results/benchmarks/attention_gpu.md",
 }
 
 

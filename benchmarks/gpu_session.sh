@@ -2,7 +2,7 @@
 # The prepared GPU session, for the day a GPU is lent: about 12 minutes on one H200 (estimated, not yet
 # measured). Run from the repository root on a machine with a CUDA GPU, PyTorch and Triton installed:
 #     bash benchmarks/gpu_session.sh [OUT_DIR]
-# Writes into OUT_DIR (default: results/gpu_session):
+# Writes into OUT_DIR (default: results/benchmarks/gpu_session):
 #   gpu_tests.log          the CUDA tests of the op (Triton kernels against the reference, the keep surrogate's
 #                          and logit dropout's kernels included)
 #   attention_gpu.md       the op benchmark (TRA fused kernels vs SDPA-flash, fwd and fwd+bwd, memory), with rows
@@ -13,7 +13,7 @@
 #                          (paper-like), 64k tokens per step
 #   compile.log            a TRA model trained for 20 steps through torch.compile (bf16)
 set -euo pipefail
-out="${1:-results/gpu_session}"
+out="${1:-results/benchmarks/gpu_session}"
 mkdir -p "$out"
 pip install -q --no-deps -e . >/dev/null
 pip install -q pytest hypothesis >/dev/null

@@ -1,6 +1,7 @@
 """Training throughput of a language model: TRA against NoPE (PyTorch SDPA), same size, same run.
 
-    python benchmarks/lm_throughput.py [--lengths 512] [--steps 30] [--repeats 3] [--out results/lm_throughput_cpu.md]
+    python benchmarks/lm_throughput.py [--lengths 512] [--steps 30] [--repeats 3] \
+        [--out results/benchmarks/lm_throughput_cpu.md]
     python benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 8192 \\
         --model 768 12 12 --tokens-per-step 65536 --steps 20 --repeats 1 --out OUT/lm_throughput_gpu.md
 
@@ -29,18 +30,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tra_attn.experiments.methods import resolve_method  # noqa: E402
+from tra_attn.experiments.methods import method_from_text  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
 
 
 def config(args, method: str, length: int) -> dict:
-    """The training config of ``method``: an attention kind or a named variant (experiments/methods.py)."""
-    variant = resolve_method(method)
+    """The training config of ``method``: a kind, or a kind with options (``tra:local_window=4``)."""
+    variant = method_from_text(method)
     d_model, n_layers, n_heads = args.model
     model = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "vocab_size": 256, "dropout": 0.0}
-    options = {"max_pos": length} if variant.attention == "cope" else {}  # CoPE's table covers the length
-    model = {**model, "block_style": "prenorm", "attention": variant.attention}
+    options = {"max_pos": length} if variant.kind == "cope" else {}  # CoPE's table covers the length
+    model = {**model, "block_style": "prenorm", "attention": variant.kind}
     model["attention_options"] = {**options, **variant.options}
     return {
         "task": "lm",
@@ -97,7 +98,7 @@ def main() -> None:
         "--methods",
         nargs="+",
         default=["nope", "tra"],
-        help="kinds or named variants; the first is the baseline (default: nope tra)",
+        help="kinds, or kinds with options (tra:local_window=4); the first is the baseline (default: nope tra)",
     )
     parser.add_argument("--lengths", type=int, nargs="+", default=[512], help="context lengths (default: 512)")
     parser.add_argument("--tokens-per-step", type=int, default=32 * 128, help="tokens per step (default: 4096)")

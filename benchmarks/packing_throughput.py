@@ -1,7 +1,7 @@
 """Training throughput on packed documents against padded ones: the same documents, the same model, one run.
 
     python benchmarks/packing_throughput.py [--methods tra fox] [--length 512] [--tokens 40000] [--repeats 3] \\
-        [--out results/packing_cpu.md]
+        [--out results/benchmarks/packing_cpu.md]
 
 The documents are paragraphs of the byte-level ``austen`` training novels (split at blank lines; a seeded
 sample of them, up to ``--tokens`` bytes in all): short, unequal texts, as a pretraining corpus of web
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tra_attn import ModelConfig, TransformerLM  # noqa: E402
 from tra_attn.data.text import benchmark_files, read_document, window_segments  # noqa: E402
-from tra_attn.experiments.methods import resolve_method  # noqa: E402
+from tra_attn.experiments.methods import method_from_text  # noqa: E402
 from tra_attn.models import IGNORE_INDEX  # noqa: E402
 from tra_attn.ops.varlen import PADDING  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
@@ -123,8 +123,9 @@ def layout_statistics(batches: list[dict]) -> dict:
 
 
 def make_model(method: str, args) -> TransformerLM:
-    """A fresh model of ``method`` (a kind or a named variant, experiments/methods.py), the same seed each time."""
-    variant = resolve_method(method)
+    """A fresh model of ``method`` (a kind, or a kind with options: ``tra:local_window=4``), the same seed each
+    time."""
+    variant = method_from_text(method)
     d_model, n_layers, n_heads = args.model
     config = ModelConfig(
         vocab_size=256,
@@ -133,8 +134,8 @@ def make_model(method: str, args) -> TransformerLM:
         n_heads=n_heads,
         dropout=0.0,
         block_style="prenorm",
-        attention=variant.attention,
-        attention_options={**({"max_pos": args.length} if variant.attention == "cope" else {}), **variant.options},
+        attention=variant.kind,
+        attention_options={**({"max_pos": args.length} if variant.kind == "cope" else {}), **variant.options},
         **variant.model,
     )
     torch.manual_seed(0)
@@ -164,7 +165,10 @@ def measure(method: str, batches: list[dict], real_tokens: int, args) -> float:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--methods", nargs="+", default=["tra", "fox"], help="kinds or named variants (default: tra fox)"
+        "--methods",
+        nargs="+",
+        default=["tra", "fox"],
+        help="kinds, or kinds with options (tra:local_window=4,keep_surrogate=1) (default: tra fox)",
     )
     parser.add_argument("--length", type=int, default=512, help="tokens per row (default: 512)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per step (default: 8)")
@@ -187,7 +191,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} = {getattr(args, name)}; expected a larger positive integer")
     for method in args.methods:
         try:
-            resolve_method(method)
+            method_from_text(method)
         except ValueError as err:
             parser.error(f"--methods: {err}")
     return args

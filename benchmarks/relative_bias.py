@@ -8,7 +8,7 @@ and large blocks mapped on their own, so that the peak follows the live tensors 
 keep what the autograd thread freed; mapping every block would distort the time). A measurement estimated above
 ``--max-gb`` is skipped.
 
-    OMP_NUM_THREADS=1 python benchmarks/relative_bias.py --out results/relative_bias_cpu.md
+    OMP_NUM_THREADS=1 python benchmarks/relative_bias.py --out results/benchmarks/relative_bias_cpu.md
 """
 
 from __future__ import annotations

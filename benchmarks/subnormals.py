@@ -1,6 +1,7 @@
 """What subnormal numbers cost TRA's chunked backward on CPU: one training step of a language model, three ways.
 
-    python benchmarks/subnormals.py [--length 2048] [--tokens 8192] [--repeats 2] [--out results/subnormals_cpu.md]
+    python benchmarks/subnormals.py [--length 2048] [--tokens 8192] [--repeats 2] \
+        [--out results/benchmarks/subnormals_cpu.md]
 
 A fwd+bwd step (loss and gradients; no optimizer) of the CPU language-model preset's model (4 layers, d_model
 128, 4 heads, byte vocabulary, random tokens) with exact TRA and with ``tra_local4_surrogate1``'s options, timed

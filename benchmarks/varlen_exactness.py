@@ -1,7 +1,7 @@
 """Padded and packed batches against each document run alone: the largest differences, tabulated.
 
     python benchmarks/varlen_exactness.py [--kinds ...] [--lengths 37 1 13 61] [--new-tokens 8] \\
-        [--op-lengths 37 1 13 61 29] [--no-triton] [--out results/varlen_exactness_cpu.md]
+        [--op-lengths 37 1 13 61 29] [--no-triton] [--out results/benchmarks/varlen_exactness_cpu.md]
 
 Model: a tiny random fp32 model per registered attention kind (default: all) and TRA's window and dense-head
 variants; logits and per-token losses in four layouts (left padding, right padding, one packed row, two

@@ -1,9 +1,12 @@
-"""Shared test helpers: random TRA inputs and a closeness check that reports the worst element."""
+"""Shared test helpers: random TRA inputs and a closeness check that reports the worst element; and the split of
+the suite into the fast subset and the integration tests."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 import torch
 
 # Without a GPU the Triton kernels run through the Triton interpreter; the variable must be set
@@ -20,6 +23,21 @@ from tra_attn.layers.norms import rms_normalize
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+# The fast subset, `python -m pytest -q -m "not integration"` (a few minutes), is the op, the layers, the model, the
+# data and the configs on tiny CPU shapes. The integration tests train, run the `tra` command, torchrun, Hugging
+# Face, lm-eval, the benchmarks, the committed pages and the Triton interpreter. CI runs both.
+TESTS = Path(__file__).parent
+INTEGRATION = ("training", "cli", "hf", "experiments", "integration", "benchmarks", "docs")
+INTEGRATION_FILES = ("ops/test_triton.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = Path(str(item.fspath)).resolve().relative_to(TESTS.resolve())
+        if where.parts[0] in INTEGRATION or where.as_posix() in INTEGRATION_FILES:
+            item.add_marker(pytest.mark.integration)
 
 
 def tra_inputs(b, h, sq, sk, d, dtype=torch.float64, gate_shift=-1.0, seed=0, requires_grad=True):

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from tra_attn.cli import main
-from tra_attn.utils.rows import read_rows, write_rows
+from tra_attn.utils.rows import read_rows
 
 TINY_TRAIN = [
     "--d-model",
@@ -92,72 +92,27 @@ def test_train_resume_and_eval_standard_splits(tmp_path, capsys):
 
 
 def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
-    out_dir = tmp_path / "ff"
-    argv = [
-        "flipflop",
-        "--preset",
-        "tiny",
-        "--methods",
-        "tra",
-        "nope",
-        "--seeds",
-        "0",
-        "1",
-        "--out",
-        out_dir,
-        "--no-progress",
-    ]
+    """Every kind and ablation at the preset's rate; the runs in the store, their records beside the page."""
+    from tra_attn.experiments.methods import kinds_and_ablations
+    from tra_attn.experiments.store import Evidence
+
+    out_dir, store = tmp_path / "ff", tmp_path / "store"
+    argv = ["flipflop", "--preset", "tiny", "--seeds", "0", "1", "--out", out_dir, "--store", store, "--no-progress"]
     code, out, _ = run(argv, capsys)
     assert code == 0
     assert re.search(r"^\| TRA( †)? \| 0.003 \| 2 \|", out, re.M) and re.search(r"^\| NoPE( †)? \|", out, re.M)
-    rows = read_rows(out_dir / "results.jsonl")
-    assert {(r["method"], r["seed"]) for r in rows} == {("tra", 0), ("tra", 1), ("nope", 0), ("nope", 1)}
-    assert {"task", "split", "length", "method", "seed", "metric", "value", "config", "commit"} <= set(rows[0])
+    assert out.endswith((out_dir / "README.md").read_text() + "\n") and "Command: `tra flipflop --preset tiny" in out
+    evidence = Evidence(out_dir / "runs")
+    assert len(evidence.runs()) == 2 * len(kinds_and_ablations()) == len(list(store.iterdir()))
     assert (out_dir / "accuracy.png").stat().st_size > 1000
-    # Finished runs are skipped: a second call trains nothing and reproduces the same rows.
-    mtime = (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime
+    # Finished runs are reused: a second call trains nothing and writes the same page.
+    records = {r: evidence.path(r).read_text() for r in evidence.runs()}
     assert run(argv, capsys)[0] == 0
-    assert (out_dir / "runs/tra/lr0.003-seed0/eval.jsonl").stat().st_mtime == mtime
-    assert read_rows(out_dir / "results.jsonl") == rows
-    # A run evaluated before a test split existed is evaluated again from its final checkpoint.
-    eval_path = out_dir / "runs/nope/lr0.003-seed1/eval.jsonl"
-    stale = [r for r in read_rows(eval_path) if r["split"] != "sparse"]
-    write_rows(eval_path, stale)
-    assert run(argv, capsys)[0] == 0
-    assert read_rows(eval_path) == [
-        r for r in read_rows(out_dir / "results.jsonl") if r["method"] == "nope" and r["seed"] == 1
-    ]
-    assert sorted(map(json.dumps, read_rows(out_dir / "results.jsonl"))) == sorted(map(json.dumps, rows))
-    notes = tmp_path / "notes.md"
-    notes.write_text("TRA wins.")
-    code, out, _ = run(["report", out_dir, "--notes", notes, "--markdown", tmp_path / "page.md"], capsys)
-    page = (tmp_path / "page.md").read_text()
-    assert code == 0 and "## Discussion" in out and "TRA wins." in page
-    assert f"`tra report {out_dir} --notes {notes} --markdown {tmp_path / 'page.md'}`" in page
-
-
-def test_flipflop_learning_rate_sweep_selects_on_validation(tmp_path, capsys):
-    argv = [
-        "flipflop",
-        "--preset",
-        "tiny",
-        "--methods",
-        "tra",
-        "--lrs",
-        "1e-4",
-        "3e-3",
-        "--out",
-        tmp_path,
-        "--no-progress",
-    ]
-    assert run(argv, capsys)[0] == 0
-    selected = json.loads((tmp_path / "selected_lrs.json").read_text())
-    sweep = read_rows(tmp_path / "sweep.jsonl")
-    acc = {r["lr"]: r["value"] for r in sweep if r["split"] == "validation" and r["metric"] == "full_seq_acc"}
-    best = max(acc, key=lambda lr: (acc[lr], -lr))
-    assert selected == {"tra": best}
-    assert {r["lr"] for r in read_rows(tmp_path / "results.jsonl")} == {best}
-    assert "Learning-rate sweep" in (tmp_path / "results.md").read_text()
+    assert {r: evidence.path(r).read_text() for r in evidence.runs()} == records
+    # A record lost from beside the page comes back from the store without training.
+    lost = evidence.runs()[0]
+    evidence.path(lost).unlink()
+    assert run(argv, capsys)[0] == 0 and evidence.path(lost).read_text() == records[lost]
 
 
 def test_eval_creates_the_folder_of_its_output_before_evaluating(tmp_path, capsys):

@@ -29,8 +29,9 @@ def tmp(tmp_path, trained):
     (tmp_path / "unknown_field.json").write_text(json.dumps({"epochs": 3}))
     (tmp_path / "version7.json").write_text(json.dumps({"version": 7}))
     (tmp_path / "model_list.json").write_text(json.dumps({"model": [1]}))
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "results.jsonl").write_text(json.dumps({"task": "sorting", "metric": "x"}) + "\n")
+    for folder, text in SPECS.items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "spec.py").write_text(text)
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "bad.txt").write_text("w1r1z\n")
     (tmp_path / "list.json").write_text("[1, 2]")
@@ -42,6 +43,20 @@ def tmp(tmp_path, trained):
         (corrupt / f.name).write_bytes(data[:64] if f.name == "model.safetensors" else data)
     return tmp_path
 
+
+SPECS = {  # question folders whose spec.py is wrong
+    "no_spec": "question = None\n",
+    "bad_task": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
+    "spec = Question('x?', 'sorting', (Method('tra'),), (0,), lrs=(1e-3, 3e-3))\n",
+    "bad_seed": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
+    "spec = Question('x?', 'majority', (Method('tra'),), (-1,), lrs=(1e-3, 3e-3))\n",
+    "twice": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
+    "spec = Question('x?', 'majority', (Method('tra'), Method('tra', label='T')), (0,), lrs=(1e-3, 3e-3))\n",
+    "no_rate": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
+    "spec = Question('x?', 'majority', (Method('tra'),), (0,))\n",
+    "no_preset": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
+    "spec = Question('x?', 'majority', (Method('tra'),), (0,), lrs=(1e-3, 3e-3), preset='huge')\n",
+}
 
 CASES = [
     # tra data
@@ -132,22 +147,23 @@ CASES = [
     (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "--out {tmp} is a directory"),
     (["eval", "--checkpoint", "{tmp}/run", "--device", "gpu"], r"device = 'gpu'; expected 'cpu', 'cuda' or 'cuda:N'"),
     (["eval", "--checkpoint", "{tmp}/run", "--device", "bogus"], "device = 'bogus'; expected 'cpu', 'cuda'"),
-    # tra flipflop and tra report
-    (["flipflop", "--steps", "0", "--out", "{tmp}/ff"], r"--steps = 0; expected a positive integer"),
+    # tra flipflop and tra run
     (["flipflop", "--seeds", "--out", "{tmp}/ff"], None),  # argparse: --seeds needs at least one value
-    (["flipflop", "--lrs", "-0.001", "--out", "{tmp}/ff"], r"--lrs = \[-0\.001\]; expected finite positive"),
-    (["flipflop", "--lrs", "nan", "--out", "{tmp}/ff"], r"argument --lrs: 'nan'; expected a finite number"),
-    (
-        ["flipflop", "--methods", "tra", "transformer", "--out", "{tmp}/ff"],
-        r"argument --methods: unknown method 'transformer'; expected a name from \['tra', ",
-    ),
-    (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], "--preset = 'huge'"),
+    (["flipflop", "--seeds", "-1", "--out", "{tmp}/ff"], r"argument --seeds: .*-1"),
+    (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], r"argument --preset: invalid choice: 'huge'"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file"], r"--out .*a_file is a file; expected a directory"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file/ff"], r"--out .*a_file/ff: cannot create it"),
+    (["flipflop", "--preset", "tiny", "--store", "{tmp}/a_file", "--out", "{tmp}/ff"], r"--store .*a_file is a file"),
+    (["flipflop", "--preset", "tiny", "--device", "gpu", "--out", "{tmp}/ff"], r"device = 'gpu'; expected 'cpu'"),
     (["train", "--out", "{tmp}/a_file/r"], r"run directory .*a_file/r: cannot create it \(Not a directory\)"),
-    (["report", "{tmp}/results"], r"rows of task 'sorting'; expected rows of an experiment with a report page"),
-    (["report", "{tmp}/a_file"], r"results\.jsonl is missing or empty"),
-    (["report", "{tmp}/nowhere"], "results.jsonl is missing or empty"),
+    (["run", "{tmp}/nowhere"], r"nowhere: no spec\.py; expected a spec file or a question folder"),
+    (["run", "{tmp}/no_spec"], r"spec\.py: spec = None; expected the file to set spec = Question\(\.\.\.\)"),
+    (["run", "{tmp}/bad_task"], r"Question\.task = 'sorting'; expected a task with an experiment, one of \["),
+    (["run", "{tmp}/bad_seed"], r"Question\.seeds = -1; expected an integer seed"),
+    (["run", "{tmp}/twice"], r"methods with the same signature .*expected each method once"),
+    (["run", "{tmp}/no_rate"], r"TRA: the 'cpu' preset has no learning rate chosen on validation data for it"),
+    (["run", "{tmp}/no_preset"], r"Question\.preset = 'huge'; expected one of \['cpu', 'tiny'\] for majority"),
+    (["run", "{tmp}/bad_task", "--store", "{tmp}/a_file"], r"--store .*a_file is a file"),
 ]
 
 

@@ -113,7 +113,9 @@ def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, 
     with tmpfs(tmp_path / "ro", "16m") as ro:
         shutil.copytree(straight, ro / "run")
         shutil.rmtree(ro / "run" / "checkpoints" / "step_0000006")
-        shutil.copytree(Path(__file__).parents[2] / "results" / "flipflop_cpu", ro / "results")
+        results = Path(__file__).parents[2] / "results"
+        shutil.copytree(results / "text_four_seeds", ro / "results" / "text_four_seeds")
+        shutil.copytree(results / "runs", ro / "results" / "runs")
         (ro / "text.txt").write_text("It is a truth universally acknowledged. " * 200)
         monkeypatch.setenv("TRA_CACHE_DIR", str(ro / "cache"))
         (ro / "cache").mkdir()
@@ -123,7 +125,7 @@ def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, 
             "train --resume": (["train", "--out", ro / "run", *TINY_TRAIN, "--resume"], "metrics log {ro}/run/metrics"),
             "data": (["data", "flipflop", "--num", "4", "--length", "16", "--out", ro / "x.txt"], "sequences {ro}/x"),
             "eval --out": (["eval", "--checkpoint", ro / "run", "--sequences", "8", "--out", ro / "r.jsonl"], "result"),
-            "report": (["report", ro / "results"], "{ro}/results/accuracy.png"),
+            "run": (["run", ro / "results" / "text_four_seeds", "--no-train"], "{ro}/results/text_four_seeds/bits_per"),
             "token cache": (["lm", "train", "--out", tmp_path / "lm", *lm, *TINY_TRAIN[:6]], "{ro}/cache/byte-"),
         }
         for name, (argv, written) in cases.items():
@@ -154,7 +156,7 @@ def test_an_immutable_folder_fails_every_write_in_one_line_as_the_machine_refusi
         cases = {
             "data": (["data", "flipflop", "--num", "4", "--length", "16", "--out", frozen / "x.txt"], "sequences"),
             "train": (["train", "--out", frozen / "run", *TINY_TRAIN], "run directory"),
-            "compare": (["compare", "flipflop", "--preset", "tiny", "--out", frozen / "cmp"], "--out"),
+            "flipflop": (["flipflop", "--preset", "tiny", "--out", frozen / "cmp"], "--out"),
         }
         for name, (argv, what) in cases.items():
             code, _, err = tra(argv, capsys)
@@ -206,14 +208,13 @@ def test_over_long_names_and_paths_through_a_file_are_one_line_in_a_new_process(
     cases = [
         (["train", "--out", long, *TINY_TRAIN], f"{long}: File name too long"),
         (["data", "flipflop", "--num", "2", "--length", "16", "--out", long], f"{long}: File name too long"),
-        (["report", "results/flipflop_cpu", "--markdown", tmp_path / "file" / "x.md"], "x.md: Not a directory"),
+        (["flipflop", "--preset", "tiny", "--out", tmp_path / "o", "--store", long], f"{long}: File name too long"),
     ]
     for argv, message in cases:
         result = cli(*argv, timeout=120)
         assert result.returncode == 1 and ONE_ERROR_LINE.match(result.stderr), result.stderr[-3000:]
         assert result.stderr.rstrip().endswith(message), result.stderr
-    assert "writing " in result.stderr  # the page, named as the file written, not its temporary copy
-    assert not (Path("results/flipflop_cpu") / "x.md").exists()
+    assert "writing " in result.stderr  # the store, named as the folder written
 
 
 def test_the_os_error_behind_a_library_exception():

@@ -14,8 +14,12 @@ from tra_attn.data import make_task, split_sequences
 from tra_attn.data.synthetic.passkey import DEPTHS, FILLER0, KEY_MARK, LENGTH_FACTORS, QUESTION, Passkey
 from tra_attn.data.task import TEST_SEED
 from tra_attn.experiments.engine import run_config
+from tra_attn.experiments.methods import Method
 from tra_attn.experiments.registry import experiments
-from tra_attn.utils.rows import read_rows
+from tra_attn.experiments.spec import Question
+from tra_attn.experiments.store import Evidence
+
+from ..questions import write_question
 
 
 def reference(row: list[int], k: int) -> tuple[int, list[int], list[int]]:
@@ -182,9 +186,10 @@ def test_task_registry_and_presets():
     with pytest.raises(ValueError, match=r"task 'passkey': unknown arguments \['digits'\]"):
         make_task("passkey", digits=4)
     experiment = experiments()["passkey"]
-    assert experiment.task == "passkey" and not experiment.suite and set(experiment.presets) == {"cpu", "tiny"}
-    for preset in experiment.presets.values():
-        config = run_config(experiment, preset, "tra", 1e-3, 0)
+    assert experiment.task == "passkey" and set(experiment.presets) == {"cpu", "tiny"}
+    for name, preset in experiment.presets.items():
+        question = Question("x?", "passkey", (Method("tra"),), (0,), lrs=(1e-3,), lrs_source="a test", preset=name)
+        config = run_config(experiment, question, Method("tra"), 1e-3, 0)
         assert config.fit_accuracy == 0.99 and config.task_args == preset.task_args
         config.task_instance().eval_splits(config.length, 1)  # every cell of the grid fits
 
@@ -211,19 +216,30 @@ def test_tra_data_passkey_writes_and_reads_back(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny comparison of two methods on passkey, and its printed page."""
-    out = tmp_path_factory.mktemp("passkey")
-    argv = ["compare", "passkey", "--preset", "tiny", "--methods", "tra", "nope", "--no-progress", "--out", out]
+    """A tiny question of two methods on passkey, its page and its runs' records."""
+    root = tmp_path_factory.mktemp("passkey")
+    folder = write_question(root, "passkey", lrs=(3e-3,))
+    argv = ["run", folder, "--store", root / "store", "--no-progress"]
     assert main([str(a) for a in argv]) == 0
-    return out
+    return folder
 
 
-def test_a_tiny_comparison_writes_the_page_with_the_grid(tiny):
-    rows = read_rows(tiny / "results.jsonl")
+def tiny_rows(folder) -> list[dict]:
+    """The rows of the tiny question's runs, by kind."""
+    evidence = Evidence(folder.parent / "runs")
+    return [
+        {**r, "method": record.config["model"]["attention"]}
+        for record in map(evidence.get, evidence.runs())
+        for r in record.rows("sequences=16")
+    ]
+
+
+def test_a_tiny_question_writes_the_page_with_the_grid(tiny):
+    rows = tiny_rows(tiny)
     tests = {(r["split"], r["length"]) for r in rows if r["split"] != "validation"}
     assert tests == {(f"depth{d:g}", f * 16) for f in LENGTH_FACTORS for d in DEPTHS}
-    page = (tiny / "results.md").read_text()
-    assert page.startswith("# passkey: TRA, ablations and baselines")
+    page = (tiny / "README.md").read_text()
+    assert page.startswith("# Tiny: does the pipeline work on passkey?")
     lines = page.splitlines()
     header = lines[lines.index("## Exact match per length (mean over depths; mean ± std over seeds)") + 2]
     assert header.startswith("| method | lr | seeds | 1x (16) | 2x (32) | 4x (64) | 8x (128) | 16x (256) |")
@@ -237,9 +253,9 @@ def test_a_tiny_comparison_writes_the_page_with_the_grid(tiny):
     assert "## Per-digit accuracy (mean over depths)" in page and "## Test data" in page
 
 
-def test_the_grid_cells_are_the_rows_and_report_rebuilds_the_page(tiny, capsys):
-    rows = read_rows(tiny / "results.jsonl")
-    page = (tiny / "results.md").read_text()
+def test_the_grid_cells_are_the_rows_and_the_records_rebuild_the_page(tiny, capsys):
+    rows = tiny_rows(tiny)
+    page = (tiny / "README.md").read_text()
     value = next(
         r["value"]
         for r in rows
@@ -248,16 +264,6 @@ def test_the_grid_cells_are_the_rows_and_report_rebuilds_the_page(tiny, capsys):
     lines = page.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("**NoPE"))
     assert lines[at + 6].split(" | ")[3] == f"{value:.2f}"  # depth 50%, 4x
-    (tiny / "results.md").unlink()
-    code, out, _ = run(["report", tiny], capsys)
-    assert code == 0 and (tiny / "results.md").read_text() == page and page in out
-
-
-def test_bench_runs_passkey_on_the_finished_runs_without_training(tiny, capsys):
-    before = {p: p.stat().st_mtime_ns for p in tiny.glob("runs/*/*/eval.jsonl")}
-    page = (tiny / "results.md").read_text()
-    argv = ["bench", "--task", "passkey", "--preset", "tiny", "--methods", "tra", "nope", "--no-progress"]
-    code, out, _ = run([*argv, "--out", tiny], capsys)
-    assert code == 0 and {p: p.stat().st_mtime_ns for p in tiny.glob("runs/*/*/eval.jsonl")} == before
-    rebuilt = (tiny / "results.md").read_text()
-    assert rebuilt.splitlines()[3:] == page.splitlines()[3:] and "Command: `tra bench --task passkey" in rebuilt
+    (tiny / "README.md").unlink()
+    code, out, _ = run(["run", tiny, "--no-train", "--store", tiny.parent / "elsewhere"], capsys)
+    assert code == 0 and (tiny / "README.md").read_text() == page

@@ -1,6 +1,5 @@
-"""The harness as a whole: one registry entry per attention kind, one table row per method, no task in
-generic rooms, no graph breaks in the forward, the model's own loss, preallocated caches, and results
-unchanged since 0.1."""
+"""The harness as a whole: one registry entry per attention kind, methods as data, no task in generic rooms, no
+graph breaks in the forward, the model's own loss, preallocated caches, and results unchanged since 0.1."""
 
 from __future__ import annotations
 
@@ -16,20 +15,11 @@ import torch.nn.functional as F
 
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
 from tra_attn.cli import build_parser, main
-from tra_attn.experiments.methods import (
-    Method,
-    method_names,
-    preset_lr,
-    register_method,
-    resolve_method,
-    unregister_method,
-)
-from tra_attn.experiments.tables import color, label, ordered
+from tra_attn.experiments.methods import PALETTE, Method, every_kind
 from tra_attn.layers import Attention, KindOptions, option, unregister_attention
 from tra_attn.models import IGNORE_INDEX, loss
 from tra_attn.ops.causal import causal_sdpa
 from tra_attn.utils.cli_help import HelpFormatter
-from tra_attn.utils.rows import read_rows
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SRC = Path(__file__).parents[2] / "src" / "tra_attn"
@@ -54,40 +44,16 @@ class HalfScaleNoPE(Attention):
 
 @pytest.fixture
 def half_scale_layer():
-    """The new kind registered as a layer only: no row in the method table."""
+    """The new kind registered as a layer: a method as soon as a spec names it."""
     kind = register_attention(AttentionKind("half_scale_nope", HalfScaleNoPE))
     yield kind
     unregister_attention(kind.name)
 
 
-@pytest.fixture
-def half_scale_kind(half_scale_layer):
-    """The new kind with its method row (label, colour), as docs/model.md registers one."""
-    method = register_method(Method("half_scale_nope", "half_scale_nope", "NoPE, half scale", "#17becf"))
-    yield half_scale_layer
-    unregister_method(method.name)
-
-
-def test_a_kind_registered_in_a_test_file_runs_the_tiny_flipflop_preset_end_to_end(half_scale_kind, tmp_path):
-    from tra_attn.experiments.engine import run_comparison
-    from tra_attn.experiments.flipflop import FLIPFLOP
-
-    out = run_comparison(FLIPFLOP, "tiny", methods=["half_scale_nope", "nope"], out=tmp_path, progress=False)
-    page = (out / "results.md").read_text()
-    assert re.search(r"\| NoPE, half scale( †)? \| 0\.003 \| 1 \|", page) and re.search(r"\| NoPE( †)? \|", page)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in rows} == {"half_scale_nope", "nope"}
-    model = TransformerLM.from_pretrained(next((out / "runs" / "half_scale_nope").glob("*/checkpoints/step_*")))
-    assert isinstance(model.blocks[0].attn, HalfScaleNoPE)
-    assert (out / "accuracy.png").stat().st_size > 0
-
-
-def test_a_kind_registered_without_a_method_row_is_a_method_under_its_own_name(half_scale_layer):
-    name = "half_scale_nope"
-    assert resolve_method(name) == Method(name, name) and name == method_names()[-1]
-    assert (label(name), preset_lr({}, None, name)) == (name, 1e-3)
-    assert color(name) == resolve_method(name).color == Method(name, name).color  # a palette colour, by the name
-    assert ordered([name, "fox_paperblock", "tra"]) == ["tra", "fox_paperblock", name]
+def test_a_kind_registered_in_a_test_file_is_a_method_with_a_derived_label_and_colour(half_scale_layer):
+    method = Method("half_scale_nope", options={"factor": 0.25})
+    assert method.label == "half_scale_nope (factor=0.25)" and method.color in PALETTE
+    assert Method("half_scale_nope").label == "half_scale_nope" and every_kind()[-1] == Method("half_scale_nope")
 
 
 def test_a_kind_registered_outside_the_package_owns_its_options(half_scale_layer, tmp_path):
@@ -111,33 +77,6 @@ def test_a_kind_registered_outside_the_package_owns_its_options(half_scale_layer
     assert saved["model"]["attention_options"] == {"factor": 0.75}
 
 
-def test_a_method_registered_in_a_test_file_runs_in_a_tiny_comparison(tmp_path):
-    """Adding a method is one row: here a TRA variant with its own label, colour and learning rate."""
-    register_method(
-        Method(
-            "tra_low",
-            "tra",
-            "TRA, threshold -2",
-            "#17becf",
-            lr=2e-3,
-            description="threshold -2 instead of 0",
-            options={"threshold": -2.0},
-        )
-    )
-    argv = ["flipflop", "--preset", "tiny", "--methods", "tra_low", "--out", str(tmp_path), "--no-progress"]
-    try:
-        # Its rate is the row's where a preset has none; the tiny preset sets one for every method (3e-3).
-        assert preset_lr({}, None, "tra_low") == 2e-3 and preset_lr({"tra": 5e-3}, 1e-4, "tra_low") == 5e-3
-        assert main(argv) == 0
-    finally:
-        unregister_method("tra_low")
-    page = (tmp_path / "results.md").read_text()
-    assert re.search(r"\| TRA, threshold -2( †)? \| 0\.003 \| 1 \|", page)
-    assert "| tra_low | TRA | threshold -2 instead of 0 | `tra_threshold=-2.0` |" in page
-    rows = read_rows(tmp_path / "results.jsonl")
-    assert {(r["method"], r["config"]["model"]["attention_options"]["threshold"]) for r in rows} == {("tra_low", -2.0)}
-
-
 def test_registering_a_taken_name_or_a_non_layer_is_refused():
     with pytest.raises(ValueError, match=r"'tra' is already registered"):
         register_attention(AttentionKind("tra", HalfScaleNoPE))
@@ -146,55 +85,58 @@ def test_registering_a_taken_name_or_a_non_layer_is_refused():
 
 
 @pytest.mark.parametrize(
-    "method,error,pattern",
+    "build,pattern",
     [
-        ("not a method", TypeError, r"register_method: method = 'not a method'; expected a Method"),
-        (Method("x", "mine", "X", None), ValueError, r"x\.attention = 'mine'; expected one of \['tra', "),
-        (
-            Method("fox", "tra", "X", None),
-            ValueError,
-            r"'fox' is an attention kind; expected its row to run it unchanged",
-        ),
-        (Method("x", "tra", "X", None, lr=0.0), ValueError, r"x\.lr = 0\.0; expected a finite positive learning rate"),
-        (
-            Method("x", "tra", model=[]),
-            TypeError,
-            r"x\.options, \.model and \.train = \{\}, \[\], \{\}; expected dicts",
-        ),
-        (Method("tra_dense1", "tra", "X", None), ValueError, r"'tra_dense1' is already registered"),
-        (Method("tra-x", "tra"), ValueError, r"name 'tra-x'; expected lowercase letters, digits and underscores"),
-        (Method("tra_0.5", "tra"), ValueError, r"name 'tra_0\.5'; expected lowercase letters, .* write 0\.5 as 0p5"),
-        (Method("x", "tra", options={"base": 2.0}), ValueError, r"\['base'\] are not options of attention = 'tra'"),
-        (Method("x", "tra", model={"attention": "rope"}), ValueError, r"x\.model sets the attention; expected it in"),
+        (lambda: Method("mine"), r"Method\.kind = 'mine'; expected one of \['tra', "),
+        (lambda: Method("tra", options={"base": 2.0}), r"\['base'\] are not options of attention = 'tra'"),
+        (lambda: Method("tra", options={"threshold": "high"}), r"TRAOptions\.threshold = 'high'; expected a number"),
+        (lambda: Method("tra", model={"attention": "rope"}), r"model: \['attention'\] are not ModelConfig fields"),
+        (lambda: Method("tra", train={"lr": 1.0}), r"train: \['lr'\] are not TrainConfig fields a method sets"),
+        (lambda: Method("tra", model=[]), r"Method\('tra'\)\.model = \[\]; expected a dict"),
+        (lambda: Method("tra", lrs=(0.0,)), r"lrs = \(0\.0,\); expected finite positive learning rates"),
+        (lambda: Method("tra", lrs=(1e-3, 1e-3)), r"expected each rate once"),
     ],
 )
-def test_bad_method_rows_are_refused(method, error, pattern):
-    with pytest.raises(error, match=pattern):
-        register_method(method)
+def test_bad_methods_are_refused_naming_the_field(build, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        build()
 
 
-def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path):
+def test_a_method_is_what_it_trains_and_its_label():
+    assert Method("tra", options={"threshold": -1}) == Method("tra", options={"threshold": -1.0})
+    assert Method("tra").signature == Method("tra", label="other").signature
+    assert Method("tra", options={"local_window": 4}, train={"length_spread": 0.75}).label == (
+        "TRA (local_window=4; length_spread=0.75)"
+    )
+
+
+def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path, capsys):
     """`tra flipflop --preset tiny` gives, value for value, the rows 0.1.0 gave (metrics renamed since), for the
     methods 0.1.0 had (kinds registered since run in the preset too)."""
-    from tra_attn.experiments.engine import run_comparison
-    from tra_attn.experiments.flipflop import FLIPFLOP
-    from tra_attn.experiments.flipflop.rows import RENAMED_METRICS
+    from tra_attn.experiments.store import Evidence
+    from tra_attn.upgrade.rows import RENAMED_METRICS
 
     old = [json.loads(line) for line in (FIXTURES / "flipflop_tiny_v0_1.jsonl").read_text().splitlines()]
     expected = {(r["method"], r["split"], r["length"], RENAMED_METRICS.get(r["metric"], r["metric"])): r for r in old}
-    methods = list(dict.fromkeys(r["method"] for r in old))
-    out = run_comparison(FLIPFLOP, "tiny", methods=methods, out=tmp_path, progress=False)
-    new = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    got = {(r["method"], r["split"], r["length"], r["metric"]): r for r in new if r["metric"] != "train_seconds"}
-    assert got.keys() == expected.keys()
+    argv = ["flipflop", "--preset", "tiny", "--out", tmp_path, "--store", tmp_path / "store", "--no-progress"]
+    assert main([str(a) for a in argv]) == 0
+    capsys.readouterr()
+    evidence = Evidence(tmp_path / "runs")
+    got = {}
+    for record in map(evidence.get, evidence.runs()):
+        kind = record.config["model"]["attention"]
+        for r in record.rows("sequences=64"):
+            got[(kind, r["split"], r["length"], r["metric"])] = (r, record)
     for key, row in expected.items():
-        assert got[key]["value"] == pytest.approx(row["value"], rel=1e-6, abs=0), key
-        assert (got[key]["lr"], got[key]["seed"]) == (row["lr"], row["seed"]), key
+        new, record = got[key]
+        assert new["value"] == pytest.approx(row["value"], rel=1e-6, abs=0), key
+        assert (record.config["lr"], record.config["seed"]) == (row["lr"], row["seed"]), key
 
 
 def test_generic_rooms_name_no_task():
-    """Only the flip-flop task and its experiment may mention flip-flop or its parameters."""
+    """Only the flip-flop task, its experiment and the main job's command may mention flip-flop or its parameters."""
     allowed = {SRC / "data" / "synthetic" / "flipflop.py", *(SRC / "experiments" / "flipflop").rglob("*.py")}
+    allowed |= {SRC / "cli" / "run.py", SRC / "cli" / "__init__.py"}
     pattern = re.compile(r"flipflop|p_ignore|final_read")
     offending = [
         f"{path.relative_to(SRC)}:{number}"

@@ -267,27 +267,32 @@ def test_lm_eval_refuses_models_it_cannot_place(tmp_path, capsys):
     assert code == 2 and "a model of task 'flipflop'; expected one trained with --task lm" in err
 
 
-def test_lm_compare_selects_learning_rates_on_validation_and_reports(tmp_path, capsys, monkeypatch):
+def test_a_text_question_selects_learning_rates_on_validation_and_reports(tmp_path, capsys, monkeypatch):
     """The tiny preset end to end on the Austen benchmark shipped with the package."""
+    from tra_attn.experiments.store import Evidence
+
+    from ..questions import write_question
+
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
-    argv = ["lm", "compare", "--preset", "tiny", "--methods", "tra", "rope", "--lrs", "1e-3", "3e-3"]
-    code, out, err = run([*argv, "--out", tmp_path / "cmp", "--no-progress"], capsys)
+    folder = write_question(tmp_path, "lm", kinds=("tra", "rope"))
+    code, out, err = run(["run", folder, "--store", tmp_path / "store", "--no-progress"], capsys)
     assert code == 0, err
-    sweep = [json.loads(line) for line in (tmp_path / "cmp" / "sweep.jsonl").read_text().splitlines()]
-    selected = json.loads((tmp_path / "cmp" / "selected_lrs.json").read_text())
-    for method in ("tra", "rope"):
+    evidence = Evidence(folder.parent / "runs")
+    records = [evidence.get(r) for r in evidence.runs()]
+    page = (folder / "README.md").read_text()
+    for kind, label in (("tra", "TRA"), ("rope", "RoPE")):
         val = {
-            r["lr"]: r["value"]
-            for r in sweep
-            if r["method"] == method and r["split"] == "validation" and r["metric"] == "bits_per_byte"
+            r.config["lr"]: v["value"]
+            for r in records
+            if r.config["model"]["attention"] == kind
+            for v in r.validation
+            if v["metric"] == "bits_per_byte"
         }
-        assert selected[method] == min(val, key=lambda lr: (val[lr], lr))
-    results = [json.loads(line) for line in (tmp_path / "cmp" / "results.jsonl").read_text().splitlines()]
-    assert {(r["method"], r["lr"]) for r in results} == set(selected.items())
-    assert {r["length"] for r in results if r["split"] == "non_overlapping"} == {16, 32, 64, 128, 256}
-    assert "| TRA |" in out and "16x / 1x" in out and (tmp_path / "cmp" / "bits_per_byte.png").stat().st_size > 0
-    code, out, _ = run(["report", tmp_path / "cmp", "--markdown", tmp_path / "page.md"], capsys)
-    assert code == 0 and "Bits per byte against" not in out and "| RoPE |" in (tmp_path / "page.md").read_text()
+        best = min(val, key=lambda lr: (val[lr], lr))
+        assert f"| {label} | `{kind}` | nothing | {best:g} (best of 0.001, 0.003 on seed 0) |" in page
+    lengths = {r["length"] for rec in records for r in rec.rows("tokens=1024") if r["split"] == "non_overlapping"}
+    assert lengths == {16, 32, 64, 128, 256}
+    assert "| TRA |" in page and "16x / 1x" in page and (folder / "bits_per_byte.png").stat().st_size > 0
 
 
 def rows_table(rows) -> dict:
@@ -406,10 +411,6 @@ def test_lm_commands_fail_on_missing_data_before_creating_any_output(corpus, tmp
         capsys,
     )
     assert code == 2 and "austen: --data-dir" in err and "is not a folder" in err
-    code, _, err = run(
-        ["lm", "compare", "--preset", "tiny", "--data-dir", tmp_path / "nowhere", "--out", tmp_path / "c"], capsys
-    )
-    assert code == 2 and "is not a folder" in err
     train(lm_config(corpus, length=8, steps=1, eval_every=0), tmp_path / "run", progress=False)
     for command in (["lm", "eval"], ["eval"]):
         code, _, err = run(

@@ -336,7 +336,7 @@ def test_resume_refuses_a_checkpoint_whose_stored_step_is_not_its_name(tmp_path,
         ["data", "flipflop", "--num", "2", "--length", "8", "--out", "x.txt", "--seed", str(2**64)],
         ["train", "--task", "flipflop", "--out", "run", "--seed", "-1"],
         ["lm", "sample", "--checkpoint", "run", "--prompt", "a", "--seed", str(2**63)],
-        ["compare", "flipflop", "--seeds", "0", str(2**70), "--out", "cmp"],
+        ["flipflop", "--seeds", "0", str(2**70), "--out", "cmp"],
     ],
 )
 def test_seeds_beyond_64_bits_are_refused_naming_the_flag(argv, tmp_path, monkeypatch, capsys):
@@ -356,10 +356,9 @@ def test_train_config_seeds_are_checked_and_every_valid_seed_gives_batches():
     assert task.sample(2, 8, batch_seed(2**63 - 1, 10)).tokens.shape == (2, 8)
 
 
-@pytest.mark.parametrize("command", [["compare", "flipflop"], ["bench", "--task", "flipflop"], ["train"]])
-def test_fit_accuracy_out_of_range_is_refused_before_any_work(command, tmp_path, capsys):
+def test_fit_accuracy_out_of_range_is_refused_before_any_work(tmp_path, capsys):
     out = tmp_path / "out"
-    code, _, err = run([*command, "--fit-accuracy", "1.5", "--out", out, "--steps", "2"], capsys)
+    code, _, err = run(["train", "--fit-accuracy", "1.5", "--out", out, "--steps", "2"], capsys)
     assert code == 2 and "1.5" in err and "expected a number in [0, 1]" in err
     assert list(tmp_path.iterdir()) == []
 

@@ -124,16 +124,18 @@ def test_a_run_with_random_positions_resumes_bit_identically(tmp_path):
     assert losses(plain) != losses(straight)
 
 
-def test_every_position_based_kind_has_a_random_positions_family():
+def test_every_position_based_kind_randomizes_its_positions_as_a_method():
     from tra_attn.experiments.engine import run_config
     from tra_attn.experiments.flipflop import FLIPFLOP
-    from tra_attn.experiments.flipflop.presets import PRESETS
-    from tra_attn.experiments.methods import resolve_method
+    from tra_attn.experiments.methods import randomized
+    from tra_attn.experiments.spec import Question
 
     for kind in KINDS:
-        method = resolve_method(f"{kind}_random2048")
-        assert method.attention == kind and method.options == {"random_positions": 2048}
-    config = run_config(FLIPFLOP, PRESETS["cpu"], "fire_random2048", 1e-3, 0)
+        method = randomized(kind, 2048)
+        assert method.kind == kind and method.options == {"random_positions": 2048}
+        assert method.label.endswith(", randomized positions")
+    question = Question("x?", "flipflop", (randomized("fire", 2048),), (0,), lrs=(1e-3,), lrs_source="a test")
+    config = run_config(FLIPFLOP, question, randomized("fire", 2048), 1e-3, 0)
     assert config.model.attention_options.random_positions == 2048
 
 
@@ -174,10 +176,10 @@ def test_positions_at_eval_need_a_range_to_draw_from():
         ModelConfig(vocab_size=5, attention="t5", attention_options={"random_positions_at_eval": True})
 
 
-def test_every_position_based_kind_has_a_family_that_draws_at_evaluation_too():
-    from tra_attn.experiments.methods import resolve_method
+def test_every_position_based_kind_can_draw_its_positions_at_evaluation_too():
+    from tra_attn.experiments.methods import randomized
 
     for kind in KINDS:
-        method = resolve_method(f"{kind}_random1024_evalrandom")
-        assert method.attention == kind
+        method = randomized(kind, 1024, at_eval=True)
+        assert method.kind == kind and method.label.endswith(", drawn at evaluation too")
         assert method.options == {"random_positions": 1024, "random_positions_at_eval": True}

@@ -211,9 +211,11 @@ def test_version_3_model_configs_load_with_the_library_placement():
 def test_the_paper_preset_builds_the_notebook_model_for_every_kind(kind):
     from tra_attn.experiments.engine import run_config
     from tra_attn.experiments.flipflop import FLIPFLOP
-    from tra_attn.experiments.flipflop.presets import PRESETS
+    from tra_attn.experiments.methods import Method
+    from tra_attn.experiments.spec import Question
 
-    config = run_config(FLIPFLOP, PRESETS["paper"], kind, 1e-4, 0, None, "cpu")
+    question = Question("x?", "flipflop", (Method(kind),), (0,), preset="paper")
+    config = run_config(FLIPFLOP, question, Method(kind), 1e-4, 0)
     model = config.model
     assert (model.block_style, model.dropout, model.attention_dropout) == ("paper", 0.01, 0.01)
     assert (model.residual_dropout, model.init_scheme) == (False, "notebook")

@@ -1,8 +1,7 @@
-"""The ``tra`` command: a thin dispatcher over data, training, evaluation, comparisons and reports.
+"""The ``tra`` command: a thin dispatcher over data, training, evaluation, questions and conversions.
 
-Generic commands (``data``, ``train``, ``eval``, ``compare``, ``report``) work for every registered task
-or experiment; ``bench``, ``lm compare`` and the commands experiments name for themselves are aliases of
-``compare``, kept for the commands the results pages quote.
+Generic commands (``data``, ``train``, ``eval``) work for every registered task; ``run`` answers a question
+(a results folder's spec: its runs and its page) and ``flipflop`` is the main job.
 
 Exit codes: 0 done; 1 an operating-system error (a read-only folder, a full disk, a name too long: one
 ``tra: error:`` line naming what was written, the path and the reason), or a torchrun worker that lost the
@@ -29,8 +28,8 @@ from ..utils.memory import out_of_memory
 from ..utils.os_errors import describe, os_error
 from .args import Parser
 from .checkpoints import add_convert_command, add_eval_command, add_inspect_command
-from .compare import add_compare_commands, add_pool_command, add_report_command, add_scorecard_command
 from .lm import add_lm_command
+from .run import add_flipflop_command, add_run_command
 from .train import add_data_command, add_train_command
 
 
@@ -41,12 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_command(sub)
     add_eval_command(sub)
     add_inspect_command(sub)
-    add_compare_commands(sub)
+    add_run_command(sub)
+    add_flipflop_command(sub)
     add_lm_command(sub)
     add_convert_command(sub)
-    add_report_command(sub)
-    add_pool_command(sub)
-    add_scorecard_command(sub)
     return parser
 
 

@@ -3,8 +3,7 @@
 A bad argument is refused by the parser itself, before any work: exit 2 and one line that names the flag,
 ``tra: error: argument --steps: invalid int value: 'x' (`tra train --help` lists the flags)``, instead of
 argparse's usage block and a ``tra train: error:`` line. Types check what the parser can know: a finite
-number (``finite_float``: 'nan' and 'inf' parse as floats), and a name of a registry (``registered``: methods,
-tasks), read live so that a plug-in's registration counts.
+number (``finite_float``: 'nan' and 'inf' parse as floats).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable, Iterable
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,17 +60,3 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number")
     return value
-
-
-def registered(names: Callable[[], Iterable[str]], what: str) -> Callable[[str], str]:
-    """An argparse type: a name among ``names()`` (read when the argument is parsed), else an error listing them."""
-
-    def name(text: str) -> str:
-        known = list(names())
-        if text not in known:
-            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; expected one of {known}")
-        return text
-
-    name.registry = names  # for tests that generate bad names
-    name.__name__ = what  # argparse names the type in some messages
-    return name

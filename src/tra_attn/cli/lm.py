@@ -1,16 +1,14 @@
-"""``tra lm ...``: language models on real text. ``compare`` is ``tra compare lm``; ``train`` is ``tra train
---task lm`` with the corpus flags; ``eval`` and ``sample`` call experiments/lm."""
+"""``tra lm ...``: language models on real text. ``train`` is ``tra train --task lm`` with the corpus flags;
+``eval`` and ``sample`` call experiments/lm. Comparisons on text are questions (``tra run results/text``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..experiments.registry import experiments
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
 from .args import finite_float
-from .compare import add_comparison_flags, compare, described
 from .train import add_train_flags, check_output_file, parse_seed
 from .train import cmd_train as train_command
 
@@ -80,26 +78,9 @@ def cmd_train(args) -> None:
     train_command(args)
 
 
-def cmd_compare(args) -> None:
-    print(compare(experiments()["lm"], args).read_text())
-
-
 def add_lm_command(sub: argparse._SubParsersAction) -> None:
     lm = sub.add_parser("lm", help="language models on real text", formatter_class=HelpFormatter)
     lm_sub = lm.add_subparsers(dest="lm_command", required=True, metavar="COMMAND")
-    experiment = experiments()["lm"]
-
-    cp = lm_sub.add_parser("compare", help=experiment.summary, formatter_class=HelpFormatter)
-    add_comparison_flags(
-        cp,
-        described(experiment.presets),
-        methods=" ".join(experiment.default_methods),
-        lrs="the preset's rate",
-        out="runs/lm_<preset>",
-    )
-    cp.add_argument("--data-dir", type=Path, help="folder of the corpus files (default: austen ships with the package)")
-    cp.set_defaults(func=cmd_compare)
-
     tp = lm_sub.add_parser(
         "train",
         help="train one language model (`tra train --task lm` with the corpus flags below)",

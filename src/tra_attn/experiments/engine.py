@@ -1,174 +1,296 @@
-"""The comparison engine: every method of an experiment on the same data, seeds and budget, each at its own
-learning rate chosen on validation data, then evaluated as the experiment says.
+"""The engine: the runs a question needs, each obtained once, and the rows its page is built from.
 
-With several learning rates, each method keeps the one with the best mean validation value of the
-experiment's selection metric (``Experiment.select_lrs``; the test splits play no part). The sweep runs on
-``sweep_seeds`` (default: every seed); the other seeds then run at the selected rate only. With
-``fit_accuracy`` in the preset (or given), every run trains to fit: it stops at the first validation that
-reaches it, ``steps`` being the cap. Finished runs are skipped, unfinished ones resume.
+A question's runs are (method, learning rate, seed) under its task's preset. A method with a grid of several
+rates first runs every rate on the sweep seeds; it keeps the rate with the best mean validation value (the
+experiment's selection metric; the test splits play no part) and its other seeds run at that rate only. A
+method without a grid runs at its preset's validated rate.
 
-A run whose training diverges (``TrainingDiverged``) is recorded as such, not as an accuracy: its rows are
-its validation ``selection_metric`` as NaN (so the selection ranks its rate last) and a ``diverged``
-metric holding the step; the pages show "diverged" in its cells, and the other runs go on. Those rows are
-final: a resumed comparison does not train the run again unless its folder is removed.
+Every run is identified by its config (``identity.run_id``) and obtained from the first place that has it:
+the evidence (committed records), the store (a finished run is evaluated, an interrupted one resumed), or
+training it in the store. A run whose training diverges (``TrainingDiverged``) is recorded as such: its
+validation selection metric is NaN (its rate ranks last) and its ``diverged`` row holds the step; such a
+record is final.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data import make_task
-from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
 from ..training import TrainConfig, train
 from ..training.checkpoint import TRAIN_CONFIG_NAME, latest_checkpoint
 from ..training.divergence import TrainingDiverged
-from ..training.evaluation import result_rows
 from ..utils.atomic import make_directory
 from ..utils.provenance import git_commit
-from ..utils.rows import read_rows, write_rows
 from .experiment import Experiment
-from .methods import resolve_method
+from .identity import run_id
+from .methods import Method
 from .preset import Preset
-from .runs import DIVERGED, check_distinct, check_methods, check_run_arguments, run_dir, write_selection
+from .registry import experiment as experiment_of
+from .spec import Question
+from .store import DIVERGED, RECORD_NAME, Evidence, Record, RunStore, lean
 
 
 def run_config(
-    experiment: Experiment,
-    preset: Preset,
-    method: str,
-    lr: float,
-    seed: int,
-    steps: int | None = None,
-    device: str = "cpu",
-    fit_accuracy: float | None = None,
-    task_args: dict | None = None,
+    experiment: Experiment, question: Question, method: Method, lr: float, seed: int, device: str = "cpu"
 ) -> TrainConfig:
-    """The TrainConfig of one run: the preset's model, task and recipe, the method's changes, the overrides."""
-    task_args = {**preset.task_args, **(task_args or {})}
+    """The TrainConfig of one run: the preset's model, task and recipe, the method's changes, the question's
+    budget."""
+    preset = experiment.presets[question.preset]
+    task_args = {**preset.task_args, **question.task_args}
     task = make_task(experiment.task, **task_args)
-    variant = resolve_method(method)
     model = ModelConfig(
         vocab_size=task.vocab_size,
         tokenizer=task.tokenizer_description(),
-        attention=variant.attention,
-        attention_options={**preset.options.get(variant.attention, {}), **variant.options},
-        **{**preset.model, **variant.model},
+        attention=method.kind,
+        attention_options={**preset.options.get(method.kind, {}), **method.options},
+        **{**preset.model, **method.model},
     )
-    train_args = {**preset.train, **variant.train}
-    if steps is not None:
-        train_args["steps"] = steps
-        train_args["checkpoint_every"] = min(train_args["checkpoint_every"], steps)
-    if fit_accuracy is not None:
-        train_args["fit_accuracy"] = fit_accuracy
+    train_args = {**preset.train, **method.train}
+    if question.steps is not None:
+        train_args["steps"] = question.steps
+        train_args["checkpoint_every"] = min(train_args["checkpoint_every"], question.steps)
+    if question.fit_accuracy is not None:
+        train_args["fit_accuracy"] = question.fit_accuracy
     return TrainConfig(
         task=experiment.task, task_args=task_args, model=model, lr=lr, seed=seed, device=device, **train_args
     )
 
 
-def diverged_rows(experiment: Experiment, method: str, config: TrainConfig, step: int) -> list[dict]:
-    """The rows of a run that diverged at ``step``: its validation ``selection_metric`` as NaN, and ``diverged``."""
-    metrics = {experiment.selection_metric: math.nan, DIVERGED: step}
-    common = {"method": method, "seed": config.seed, "lr": config.lr, "config": config.to_dict()}
-    return result_rows(metrics, task=config.task, split="validation", length=config.length, **common)
+@dataclass(frozen=True)
+class Run:
+    """One run a question needs: its method, rate and seed, its config and which evaluation its page reads."""
+
+    experiment: Experiment
+    preset: Preset
+    method: Method
+    config: TrainConfig
+
+    @functools.cached_property
+    def id(self) -> str:
+        return run_id(self.config)
+
+    @property
+    def evaluation(self) -> str:
+        return self.experiment.evaluation(self.preset)
+
+    def describe(self) -> str:
+        return f"{self.method.label} lr={self.config.lr:g} seed={self.config.seed}"
+
+    def rows(self, record: Record) -> list[dict]:
+        """The record's rows for this evaluation, with who trained them: task, method (its label), seed, rate,
+        config, commit and the run's id."""
+        context = {"task": self.experiment.task, "method": self.method.label, "seed": self.config.seed}
+        context |= {"lr": self.config.lr, "config": record.config, "run": record.run}
+        validation = [{**r, **context, "commit": record.commit} for r in record.validation]
+        if record.diverged:
+            return validation
+        tests = record.tests[self.evaluation]
+        return validation + [{**r, **context, "commit": tests["commit"]} for r in tests["rows"]]
 
 
-def run_one(
-    experiment: Experiment, method: str, config: TrainConfig, directory: Path, budget: int | None, progress: bool
-) -> list[dict]:
-    """Train and evaluate one run of ``method``, or return its saved rows if it already finished (or diverged)
-    with this config (rows saved before a test split existed are completed by evaluating the final checkpoint
-    again)."""
-    rows_path = directory / "eval.jsonl"
-    saved = directory / TRAIN_CONFIG_NAME
-    if saved.is_file() and TrainConfig.from_dict(json.loads(saved.read_text())).to_dict() != config.to_dict():
-        raise ValueError(f"{directory} holds a run with a different config; use another --out or remove it")
-    if rows_path.is_file():
-        rows = read_rows(rows_path)
-        rows = experiment.upgrade(rows) if experiment.upgrade else rows
-        evaluated = {(r["split"], r["length"]) for r in rows}
-        if any(r["metric"] == DIVERGED for r in rows) or experiment.test_splits(config) <= evaluated:
-            return rows
-        validation = [r for r in rows if r["split"] == "validation"]
-        rows = validation + experiment.evaluate(method, config, directory, budget)
-    else:
-        try:
-            train(config, directory, resume=latest_checkpoint(directory) is not None, progress=progress)
-        except TrainingDiverged as err:
-            print(f"{directory}: {err}; recorded as diverged", flush=True)
-            rows = diverged_rows(experiment, method, config, err.step)
-        else:
-            rows = experiment.evaluate(method, config, directory, budget)
-            rows += experiment.validation(method, config, directory)
-    write_rows(rows_path, rows)
-    return rows
+class Missing(ValueError):
+    """Runs that neither the evidence nor the store holds, when training is off."""
+
+    def __init__(self, runs: list[Run], more: bool):
+        self.runs = runs
+        listed = "; ".join(f"{r.describe()} ({r.id})" for r in runs[:12])
+        rest = f" and {len(runs) - 12} more" if len(runs) > 12 else ""
+        after = " (then the seeds that train at each swept method's selected rate)" if more else ""
+        super().__init__(f"{len(runs)} run(s) are in neither the evidence nor the store: {listed}{rest}{after}; "
+                         "expected them trained (run without --no-train)")  # fmt: skip
 
 
-def check_comparison(experiment: Experiment, preset_name: str, methods, seeds, steps, lrs, sweep_seeds, fit_accuracy):
-    """(preset, methods, seeds, sweep seeds) of a comparison, or a ValueError naming the flag; before any work."""
-    if preset_name not in experiment.presets:
-        raise ValueError(f"--preset = {preset_name!r}; expected one of {sorted(experiment.presets)}")
-    preset = experiment.presets[preset_name]
-    if fit_accuracy is not None and not 0.0 <= fit_accuracy <= 1.0:
-        raise ValueError(f"--fit-accuracy = {fit_accuracy}; expected a number in [0, 1] (0: train every step)")
-    if fit_accuracy and experiment.fit_accuracy is None:
+class Source:
+    """Supplies the record of a run: from the evidence, else the store, else by training it in the store (unless
+    ``train`` is off: then the run is noted as missing and None returned)."""
+
+    def __init__(self, evidence: Evidence, store: RunStore, train: bool = True, progress: bool = True, log=print):
+        self.evidence, self.store, self.train, self.progress, self.log = evidence, store, train, progress, log
+        self.missing: list[Run] = []
+        self.retrained: dict[str, tuple[Run, list[dict]]] = {}  # the runs seen that were trained more than once
+        self.seen: set[str] = set()
+
+    def record(self, run: Run) -> Record | None:
+        self.seen.add(run.id)
+        record = self._record(run)
+        if record is not None and record.retrained:
+            self.retrained[run.id] = (run, record.retrained)
+        return record
+
+    def checkpoint(self, run: Run) -> tuple[Path, str] | None:
+        """(the latest checkpoint of ``run`` in the store, the commit that trained it), training the run in the
+        store first if it has none (None with training off: the run is noted as missing)."""
+        directory = self.store.directory(run.id)
+        stored = self.store.get(run.id)
+        if stored is None or latest_checkpoint(directory) is None:
+            if not self.train:
+                self.missing.append(run)
+                return None
+            if latest_checkpoint(directory) is None:  # a record whose checkpoints were removed: train again
+                (directory / RECORD_NAME).unlink(missing_ok=True)
+            stored = self._obtain(run, None)
+        return latest_checkpoint(directory), stored.commit
+
+    def _record(self, run: Run) -> Record | None:
+        held = self.evidence.get(run.id)
+        if held is not None and held.covers(run.evaluation):
+            return held
+        stored = self.store.get(run.id)
+        if stored is not None and stored.covers(run.evaluation):
+            record = stored.merged(held)
+            self.evidence.put(record)
+            return record
+        if not self.train:
+            self.missing.append(run)
+            return None
+        record = self._obtain(run, held or stored).merged(held)
+        self.evidence.put(record)
+        return record
+
+    def _obtain(self, run: Run, known: Record | None) -> Record:
+        """Train (or resume) the run in the store if it has not finished, then evaluate it; under a lock, so two
+        processes asking for one run train it once."""
+        directory = make_directory(self.store.directory(run.id), "--store")
+        with open(directory / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.log(f"{run.describe()}: another process is training {directory}; waiting for it", flush=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            stored = self.store.get(run.id)
+            if stored is not None and stored.covers(run.evaluation):
+                return stored
+            config = self._config(run, directory)
+            self.log(f"{run.describe()} -> {directory}", flush=True)
+            try:
+                train(config, directory, resume=latest_checkpoint(directory) is not None, progress=self.progress)
+            except TrainingDiverged as err:
+                self.log(f"{directory}: {err}; recorded as diverged", flush=True)
+                metrics = [{"split": "validation", "length": config.length, "metric": m, "value": v}
+                           for m, v in ((run.experiment.selection_metric, math.nan), (DIVERGED, err.step))]  # fmt: skip
+                record = Record(run.id, config.to_dict(), git_commit(), metrics)
+            else:
+                tests = lean_rows(run.experiment.evaluate(config, directory, run.preset.eval_budget))
+                validation = lean_rows(run.experiment.validation(config, directory))
+                evaluated = {run.evaluation: {"commit": git_commit(), "rows": tests}}
+                record = Record(run.id, config.to_dict(), git_commit(), validation, evaluated)
+            record = record.merged(stored)
+            self.store.put(record)
+            if known is not None and not record.diverged:
+                check_reproduced(known, record)
+                record = Record(run.id, known.config, known.commit, known.validation, record.tests, known.retrained)
+            return record
+
+    @staticmethod
+    def _config(run: Run, directory: Path) -> TrainConfig:
+        """The run's config, or the one the store's folder was started with (the same identity; it may log or
+        checkpoint at other intervals, which a resume must keep)."""
+        saved = directory / TRAIN_CONFIG_NAME
+        if not saved.is_file():
+            return run.config
+        config = TrainConfig.from_dict(json.loads(saved.read_text()))
+        if run_id(config) != run.id:
+            raise ValueError(f"{directory} holds a run of another config; expected run {run.id} (remove the folder)")
+        return config
+
+
+def check_reproduced(known: Record, trained: Record) -> None:
+    """A ValueError unless a run trained again in the store reproduces the validation of the record it completes
+    (its new evaluation would otherwise describe another model than the record's rows)."""
+    timing = {"train_seconds", "tokens_per_second"}
+    before = {(r["metric"], r["length"]): r["value"] for r in known.validation if r["metric"] not in timing}
+    after = {(r["metric"], r["length"]): r["value"] for r in trained.validation if r["metric"] not in timing}
+    differ = sorted(key for key in before if before[key] != after.get(key))
+    if differ:
+        metric, length = differ[0]
         raise ValueError(
-            f"--fit-accuracy = {fit_accuracy}: the {experiment.name} comparison cannot train to fit (its validation "
-            "has no full-sequence accuracy); expected no --fit-accuracy, or 0"
+            f"run {known.run}: trained again at commit {trained.commit}, its validation {metric} at {length} is "
+            f"{after.get((metric, length))!r}, not its record's {before[(metric, length)]!r} (commit {known.commit}): "
+            "this code computes another model for the configuration, so its record cannot gain the evaluation; "
+            "expected a question asking for the record's evaluations, or a new field for what changed"
         )
-    methods = check_methods(methods or experiment.default_methods or list(ATTENTION_KINDS))
-    seeds = list(preset.seeds if seeds is None else seeds)
-    check_run_arguments(seeds, steps, lrs)
-    if sweep_seeds is not None and not (lrs and len(lrs) > 1):
-        raise ValueError("--sweep-seeds sets the seeds of a learning-rate sweep; expected --lrs with 2 or more rates")
-    sweep_seeds = check_distinct(seeds if sweep_seeds is None else sweep_seeds, "--sweep-seeds")
-    if not sweep_seeds or not set(sweep_seeds) <= set(seeds):
-        raise ValueError(f"--sweep-seeds = {sweep_seeds}; expected some of the seeds {seeds}")
-    return preset, methods, seeds, sweep_seeds
 
 
-def run_comparison(
-    experiment: Experiment,
-    preset_name: str = "cpu",
-    methods=None,
-    seeds=None,
-    steps: int | None = None,
-    lrs: list[float] | None = None,
-    sweep_seeds=None,
-    fit_accuracy: float | None = None,
-    out: str | Path | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-    command: str = "",
-    task_args: dict | None = None,
-) -> Path:
-    """Run (or finish) the comparison; write results.jsonl (and with a sweep sweep.jsonl and
-    selected_lrs.json), run.json and the experiment's page to ``out`` (default ``runs/<name>_<preset>``).
+def lean_rows(rows: list[dict]) -> list[dict]:
+    return [lean(r) for r in rows]
 
-    ``task_args`` override the preset's task parameters (a corpus folder, say). Every argument is checked
-    and the code version recorded before any work.
-    """
-    preset, methods, seeds, sweep_seeds = check_comparison(
-        experiment, preset_name, methods, seeds, steps, lrs, sweep_seeds, fit_accuracy
-    )
-    make_task(experiment.task, **{**preset.task_args, **(task_args or {})}).check_data()  # before --out exists
-    out = make_directory(out or f"runs/{experiment.name}_{preset_name}", "--out")
-    git_commit()  # now, before anything can change the working tree
 
-    def run(method: str, lr: float, seed: int) -> list[dict]:
-        config = run_config(experiment, preset, method, lr, seed, steps, device, fit_accuracy, task_args)
-        directory = run_dir(out, method, lr, seed)
-        print(f"[{experiment.name}] {method} lr={lr:g} seed={seed} -> {directory}", flush=True)
-        return run_one(experiment, method, config, directory, preset.eval_budget, progress)
+@dataclass
+class Results:
+    """The rows of one task of a question: ``rows`` at each method's rate (every seed), ``sweep`` (every rate of
+    the methods with a grid, on the sweep seeds), each method's ``selected`` rate and ``grids`` (empty: the
+    preset's rate), by label; ``missing``: whether runs were missing (training off)."""
 
-    sweep = [row for m in methods for lr in lrs or [preset.lr_for(m)] for s in sweep_seeds for row in run(m, lr, s)]
-    selected = experiment.select_lrs(sweep)
-    rows = sweep + [row for m in methods for s in seeds if s not in sweep_seeds for row in run(m, selected[m], s)]
-    swept = bool(lrs) and len(lrs) > 1
-    source = preset.learning_rate_source(lrs) if experiment.states_learning_rates else ""
-    description = f"{preset_name}: {preset.description}"
-    write_selection(out, rows, selected, swept, command, description, sweep_rows=sweep, learning_rates=source)
-    experiment.write_report(out)
-    return out
+    question: Question
+    experiment: Experiment
+    rows: list[dict] = field(default_factory=list)
+    sweep: list[dict] = field(default_factory=list)
+    selected: dict[str, float] = field(default_factory=dict)
+    grids: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    missing: bool = False
+
+    @property
+    def preset(self) -> Preset:
+        return self.experiment.presets[self.question.preset]
+
+    @property
+    def methods(self) -> tuple[Method, ...]:
+        """The question's methods that have rows, in its order."""
+        found = {r["method"] for r in self.rows}
+        return tuple(m for m in self.question.methods if m.label in found)
+
+
+def check_question(question: Question) -> None:
+    """Every task has an experiment with the preset, and every method a rate: before any work."""
+    for task in question.tasks:
+        experiment = experiment_of(task, "Question.task")
+        if question.preset not in experiment.presets:
+            raise ValueError(f"Question.preset = {question.preset!r}; expected one of {sorted(experiment.presets)} "
+                             f"for {task}")  # fmt: skip
+        preset = experiment.presets[question.preset]
+        if question.fit_accuracy and experiment.fit_accuracy is None:
+            raise ValueError(f"Question.fit_accuracy = {question.fit_accuracy}: {task} runs cannot train to fit")
+        for method in question.methods:
+            if not question.grid(method):
+                preset.rate_for(method, question.preset)
+            run_config(experiment, question, method, (question.grid(method) or (1e-3,))[0], question.seeds[0])
+
+
+def gather(question: Question, task: str, source: Source, device: str = "cpu") -> Results:
+    """The rows of ``task`` for ``question``: every method's sweep (if it has a grid), then its seeds at the rate
+    it selected; the runs come from ``source``."""
+    experiment = experiment_of(task, "Question.task")
+    preset = experiment.presets[question.preset]
+    results = Results(question, experiment)
+
+    def rows_of(method: Method, lr: float, seed: int) -> list[dict]:
+        run = Run(experiment, preset, method, run_config(experiment, question, method, lr, seed, device))
+        record = source.record(run)
+        return [] if record is None else run.rows(record)
+
+    for method in question.methods:
+        results.grids[method.label] = question.grid(method)
+    for method in question.methods:
+        grid = results.grids[method.label]
+        if len(grid) > 1:
+            results.sweep += [r for lr in grid for s in question.sweeping() for r in rows_of(method, lr, s)]
+    chosen = experiment.select_lrs(results.sweep)
+    for method in question.methods:
+        grid = results.grids[method.label]
+        rate = grid[0] if len(grid) == 1 else preset.rate_for(method, question.preset) if not grid else None
+        rate = chosen.get(method.label) if rate is None else rate
+        if rate is None:  # its sweep is missing (training off)
+            continue
+        results.selected[method.label] = rate
+        swept = set(question.sweeping()) if len(grid) > 1 else set()
+        kept = [r for r in results.sweep if r["method"] == method.label and r["lr"] == rate]
+        results.rows += kept + [r for s in question.seeds if s not in swept for r in rows_of(method, rate, s)]
+    results.missing = bool(source.missing)
+    return results

@@ -1,7 +1,7 @@
-"""An experiment as a record: what the comparison engine needs to know of a task, and nothing it does.
+"""An experiment as a record: how the runs of one task are evaluated, compared and shown.
 
-Adding a task to comparisons is one ``Experiment`` registered with ``register_experiment``
-(``experiments/registry.py``); ``run_comparison`` (``experiments/engine.py``) runs any of them.
+Adding a task to questions is one ``Experiment`` listed in its package's ``EXPERIMENTS`` (``registry.py`` finds
+them); the engine (``engine.py``) runs any question on it.
 """
 
 from __future__ import annotations
@@ -19,40 +19,30 @@ Rows = list[dict]
 
 @dataclass(frozen=True)
 class Experiment:
-    """A comparison of methods on one task.
+    """Questions on one task.
 
-    ``name``: how commands and the registry call it (``tra compare NAME``; default output folder
-    ``runs/<name>_<preset>``); ``task``: the data task its runs train on. ``evaluate(method, config,
-    directory, budget)`` gives the test rows of a run's final checkpoint (``budget``: the preset's
-    ``eval_budget``), ``validation(method, config, directory)`` the rows of its last validation, training
-    time and cost; ``test_splits(config)`` the (split, length) pairs a finished run's rows must hold (rows
-    missing one are completed from the final checkpoint). Learning rates are chosen on the validation rows
-    of ``selection_metric``; ``fit_accuracy``: the fit threshold of a task scored per sequence, at or above
-    which validation values count as equal in that choice (None: runs cannot train to fit).
-    ``write_report(out, command=, notes=, markdown=)`` writes the page of a results folder; ``upgrade``
-    brings rows saved by older versions up to date. ``command``: a ``tra`` command of its own that runs
-    this comparison (an alias of ``tra compare NAME``), ``summary`` its one-line help; ``suite``: one of the
-    tasks of ``tra compare --suite``; ``states_learning_rates``: whether run.json records where the rates
-    of a run without a sweep came from (pages that say so).
+    ``evaluate(config, directory, budget)``: the lean test rows of a run's final checkpoint (``budget``: the
+    preset's ``eval_budget``, in ``budget_unit``); ``validation(config, directory)``: the rows of its last
+    validation, training time and, for a run trained to fit, its steps. Learning rates are chosen on the
+    validation ``selection_metric``; ``fit_accuracy``: the fit threshold of a task scored per sequence, at or
+    above which validation values count as equal in that choice (None: runs cannot train to fit).
+    ``section(results, folder, level, plots)``: the page's lines of this task (``results.Results``).
     """
 
-    name: str
     task: str
     presets: Mapping[str, Preset]
-    evaluate: Callable[[str, TrainConfig, Path, int | None], Rows]
-    validation: Callable[[str, TrainConfig, Path], Rows]
-    test_splits: Callable[[TrainConfig], set[tuple[str, int]]]
-    write_report: Callable[..., Path]
+    evaluate: Callable[[TrainConfig, Path, int | None], Rows]
+    validation: Callable[[TrainConfig, Path], Rows]
+    section: Callable[..., list[str]]
     selection_metric: str
     higher_is_better: bool
-    summary: str
+    budget_unit: str
     fit_accuracy: float | None = None
-    default_methods: tuple[str, ...] | None = None  # None: every registered attention kind
-    upgrade: Callable[[Rows], Rows] | None = None
-    command: str | None = None
-    suite: bool = False
-    states_learning_rates: bool = True
 
     def select_lrs(self, rows: Rows) -> dict[str, float]:
         """Per method, the learning rate with the best mean validation ``selection_metric`` over seeds."""
         return select_lrs(rows, self.selection_metric, self.higher_is_better, cap=self.fit_accuracy)
+
+    def evaluation(self, preset: Preset) -> str:
+        """The name of the preset's evaluation in a run's record: ``sequences=1000``."""
+        return f"{self.budget_unit}={preset.eval_budget if preset.eval_budget is not None else 'all'}"

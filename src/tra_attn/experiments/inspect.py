@@ -140,9 +140,29 @@ def _cell(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.3f}"
 
 
+def from_rows(found_rows: list[dict]) -> list[Inspected]:
+    """The inspections ``rows`` wrote, back from their rows."""
+    items: dict[tuple[str, int], Inspected] = {}
+    for r in found_rows:
+        key = (r["run"], r["length"])
+        item = items.setdefault(key, Inspected(r["run"], r["length"], math.nan, {}, ()))
+        if r["layer"] is None:
+            item.accuracy = r["value"]
+            continue
+        item.stats.setdefault((r["layer"], r["head"]), {})[r["metric"]] = r["value"]
+        if r["metric"].startswith("kept: ") and r["metric"][6:] not in item.roles:
+            item.roles = (*item.roles, r["metric"][6:])
+    return list(items.values())
+
+
 def page(found: list[Inspected], command: str) -> str:
-    """The Markdown page: accuracy per run and length, then per length the summary and the roles per head."""
-    lines = ["# What TRA keeps", "", f"Command: `{command}`  ", ""]
+    """The Markdown page of ``tra inspect``: its command, then ``tables``."""
+    return "\n".join(["# What TRA keeps", "", f"Command: `{command}`  ", "", *tables(found)]) + "\n"
+
+
+def tables(found: list[Inspected]) -> list[str]:
+    """Accuracy per run and length, then per length the summary and the roles per head."""
+    lines = []
     runs = list(dict.fromkeys(item.label for item in found))
     lengths = sorted({item.length for item in found})
     accuracy = {(item.label, item.length): item.accuracy for item in found}
@@ -177,4 +197,4 @@ def page(found: list[Inspected], command: str) -> str:
                 for (layer, head), v in item.stats.items():
                     cells = [f"{_cell(v[f'kept: {r}'])} / {_cell(v[f'mass: {r}'])}" for r in roles]
                     lines.append(f"| {item.label} | {layer} | {head} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -1,42 +1,64 @@
-"""The preset of a comparison: model, task parameters, recipe, learning rates, seeds, evaluation budget."""
+"""The preset of a task: model, task parameters, recipe, evaluation budget, and the learning rates it knows.
+
+A question that sweeps no learning rate for a method trains it at the preset's validated rate for that method
+(``lrs``: rates chosen on validation data by the question ``lrs_source`` names). A method the preset has no rate
+for is refused by name: no method ever trains at a silent fallback. A preset whose runs are no evidence (a
+smoke test) or follow a published protocol may instead give one rate for every method (``lr``), saying why
+(``lr_reason``); the page says it too.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .methods import preset_lr
+from .methods import Method
 
 
 @dataclass(frozen=True)
 class Preset:
     """``model`` and ``train`` are ModelConfig and TrainConfig fields, ``task_args`` the task's parameters,
     ``options`` attention options per kind (``{"cope": {"max_pos": 128}}``: what every run of that kind gets,
-    before its method's own).
-
-    ``eval_budget``: how much test data each run is evaluated on, in the experiment's unit (sequences per
-    test split at the training length for a procedural task, validation tokens for language modelling;
-    None: all of it). ``lrs``: validated learning rates per method; resolved by
-    ``methods.preset_lr`` (the method's, its kind's, ``lr``, then the method's default rate); ``lrs_source``
-    says where the validated rates come from (it goes on the page). With ``fit_accuracy`` in ``train`` the
-    runs train to fit and ``steps`` is the cap (TrainConfig.fit_accuracy).
-    """
+    before its method's own). ``eval_budget``: how much test data each run is evaluated on, in the experiment's
+    unit (sequences per test split at the training length for a procedural task, validation tokens for
+    language modelling; None: all of it). With ``fit_accuracy`` in ``train`` the runs train to fit and
+    ``steps`` is the cap."""
 
     model: dict
     train: dict
-    seeds: tuple[int, ...]
     eval_budget: int | None
     description: str
     task_args: dict = field(default_factory=dict)
-    lrs: dict[str, float] = field(default_factory=dict)
-    lr: float | None = None
-    lrs_source: str = ""
     options: dict[str, dict] = field(default_factory=dict)
+    lrs: Mapping[Method, float] = field(default_factory=dict)
+    lrs_source: str = ""
+    lr: float | None = None
+    lr_reason: str = ""
 
-    def lr_for(self, method: str) -> float:
-        return preset_lr(self.lrs, self.lr, method)
+    def __post_init__(self):
+        if self.lr is not None and not self.lr_reason:
+            raise ValueError(f"Preset({self.description!r}): lr = {self.lr} for every method; expected lr_reason")
+        if self.lrs and not self.lrs_source:
+            raise ValueError(f"Preset({self.description!r}): validated lrs; expected lrs_source, where they came from")
+        for method, lr in self.lrs.items():
+            if not (isinstance(method, Method) and isinstance(lr, float) and math.isfinite(lr) and lr > 0):
+                raise ValueError(f"Preset({self.description!r}).lrs: {method!r}: {lr!r}; expected Method: rate")
 
-    def learning_rate_source(self, lrs: list[float] | None) -> str:
-        """How a run without a sweep got its learning rates, for the page: one given rate, or the preset's."""
-        if lrs:
-            return f"Learning rate: {lrs[0]:g} for every method (given with --lrs; no sweep on validation data)."
-        return f"Learning rates: the preset's{', ' + self.lrs_source if self.lrs_source else ''}."
+    def rate_for(self, method: Method, preset: str) -> float:
+        """The learning rate ``method`` trains at without a sweep, or a ValueError naming it and the preset."""
+        for known, lr in self.lrs.items():
+            if known.signature == method.signature:
+                return lr
+        if self.lr is not None:
+            return self.lr
+        raise ValueError(
+            f"{method.label}: the {preset!r} preset has no learning rate chosen on validation data for it; "
+            "expected a learning-rate grid for it (the question's lrs, or the method's own)"
+        )
+
+    def rate_source(self) -> str:
+        """Where the preset's rates come from, for the page."""
+        if self.lrs:
+            return f"the preset's, {self.lrs_source}"
+        return f"{self.lr:g} for every method ({self.lr_reason})"

@@ -1,45 +1,31 @@
-"""Helpers shared by every experiment's report: method order, labels and colours from the method table,
-mean ± std over seeds, the cells of diverged runs, the page header, the learning-rate note and the sweep
-table."""
+"""Helpers shared by every page: the legend (methods in the question's order, their colours), mean ± std over
+seeds, the cells of diverged runs, the page header, the methods table, the sweep table and the discussion."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics as stats
 from collections import defaultdict
-from pathlib import Path
 
-from ..utils.rows import read_rows
-from .methods import METHODS, resolve_method
-from .runs import DIVERGED
+from .methods import shown
+from .store import DIVERGED
 
 
-def _known(method: str):
-    """The method ``method`` names, or None for a name that is no method (rows of a plug-in not loaded)."""
-    try:
-        return resolve_method(method)
-    except ValueError:
-        return None
+class Legend:
+    """How a page shows its methods: in the question's order, by label (rows name methods by their label), each
+    with its colour."""
 
+    def __init__(self, methods):
+        self.methods = {m.label: m for m in methods}
 
-def ordered(methods) -> list[str]:
-    """The attention kinds in the method table's order (TRA, its ablations, baselines), then every other
-    name (variants, plug-ins) alphabetically."""
-    kinds = [m for m, row in METHODS.items() if not row.is_variant and m in methods]
-    return kinds + sorted(set(methods) - set(kinds))
+    def order(self, labels) -> list[str]:
+        """``labels`` in the question's order (any other name after, alphabetically)."""
+        labels = set(labels)
+        return [m for m in self.methods if m in labels] + sorted(labels - set(self.methods))
 
-
-def label(method: str) -> str:
-    """The method's label in tables and plots; a name that is no method shows as itself."""
-    known = _known(method)
-    return known.label if known else method
-
-
-def color(method: str) -> str | None:
-    """The method's plot colour; None (the plot's next colour) for a name that is no method."""
-    known = _known(method)
-    return known.color if known else None
+    def color(self, label: str) -> str | None:
+        method = self.methods.get(label)
+        return method.color if method else None
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -82,71 +68,42 @@ def collect(rows: list[dict], metric: str) -> dict[tuple[str, str, int], list[fl
     return table
 
 
-def read_results(out: Path, producer: str, upgrade=lambda rows: rows) -> tuple[list[dict], dict]:
-    """(rows of out/results.jsonl, out/run.json or {}); ValueError naming ``producer`` if there are no rows."""
-    rows = upgrade(read_rows(out / "results.jsonl"))
-    if not rows:
-        raise ValueError(f"{out / 'results.jsonl'} is missing or empty; run `{producer} --out {out}` first")
-    return rows, recorded_run(out)
+def page_header(title: str, command: str, commits, preset: str, status: str) -> list[str]:
+    """Title, the command that trains what is missing and writes the page, the commits and the preset."""
+    lines = [f"# {title}", "", f"Command: `{command}` (trains the runs the store lacks, then writes this page)  "]
+    lines += [f"Code: commit {', '.join(sorted(set(commits)))}  "]
+    if preset:
+        lines += [f"Preset: {preset}  "]
+    return lines + [f"Status: {status}", ""]
 
 
-def recorded_run(out: Path) -> dict:
-    """out/run.json (the command, the preset, and where the learning rates came from), or {}."""
-    return json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+def rate_cell(grid: tuple[float, ...], selected: float | None, sweep_seeds) -> str:
+    """How a method's learning rate was chosen: '0.001 (best of 0.001, 0.003 on seed 0)', given, or the preset's."""
+    if selected is None:
+        return "n/a"
+    if len(grid) > 1:
+        seeds = f"seed{'s' * (len(sweep_seeds) > 1)} {', '.join(map(str, sweep_seeds))}"
+        return f"{selected:g} (best of {', '.join(f'{lr:g}' for lr in grid)} on {seeds})"
+    return f"{selected:g} (given)" if grid else f"{selected:g} (the preset's)"
 
 
-def report_command(out: Path, notes, markdown: Path) -> str:
-    """The `tra report` command that rebuilds this page."""
-    command = f"tra report {out}"
-    if notes:
-        command += f" --notes {notes}"
-    if markdown != out / "results.md":
-        command += f" --markdown {markdown}"
-    return command
-
-
-def page_header(title: str, command: str, regenerate: str, rows: list[dict], preset: str) -> list[str]:
-    """Title, the producing command, the regenerating command, the commits and the preset."""
-    lines = [f"# {title}", ""]
-    if command:
-        lines += [f"Command: `{command}`  "]
-    return lines + [
-        f"Regenerate this page from the rows: `{regenerate}`  ",
-        f"Code: commit {', '.join(sorted({r['commit'] for r in rows}))}  ",
-        f"Preset: {preset}" if preset else "",
-        "",
-    ]
-
-
-PRESET_LEARNING_RATES = "Learning rates: the preset's."  # the note of pages whose run.json does not say
-
-
-def learning_rate_note(rows: list[dict], sweep: list[dict], selected: dict, agreed: str, without_sweep: str) -> str:
-    """How the page's learning rates were chosen: ``agreed`` when every method's rate is the sweep's choice,
-    a warning naming those that are not, or ``without_sweep`` when no sweep was run."""
-    if not sweep:
-        return without_sweep
-    used = {r["method"]: r["lr"] for r in rows}
-    mismatched = sorted(m for m in used if m in selected and selected[m] != used[m])
-    if mismatched:
-        return f"Warning: the learning rates of {mismatched} differ from the sweep's selection below."
-    return agreed
-
-
-def variant_lines(methods) -> list[str]:
-    """A "Variants" section describing the named variants among ``methods`` (none: no lines)."""
-    named = [m for m in ordered(methods) if (v := _known(m)) is not None and v.is_variant]
-    if not named:
-        return []
-    lines = ["## Variants", "", "| method | kind | what changes | fields |", "|---|---|---|---|"]
-    for name in named:
-        v = resolve_method(name)
-        fields = ", ".join(f"`{k}={json.dumps(x)}`" for k, x in v.fields().items())
-        lines.append(f"| {name} | {label(v.attention)} | {v.description} | {fields} |")
+def methods_section(results, level: str) -> list[str]:
+    """The methods of a task's results (``engine.Results``): label, kind, what each changes from the preset, and
+    its learning rate with how it was chosen (and where given or preset rates come from)."""
+    question, sweep_seeds = results.question, results.question.sweeping()
+    lines = [f"{level} Methods", "", "| method | kind | changes | learning rate |", "|---|---|---|---|"]
+    for m in results.methods:
+        rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
+        lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {rate} |")
+    grids = [results.grids.get(m.label, ()) for m in results.methods]
+    if any(not g for g in grids):
+        lines += ["", f"The preset's rates: {results.preset.rate_source()}."]
+    if any(len(g) == 1 for g in grids):
+        lines += ["", f"Given rates: {question.lrs_source}."]
     return [*lines, ""]
 
 
-def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> list[str]:
+def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str, legend: Legend) -> list[str]:
     """Validation ``metric`` per method and learning rate (mean ± std over seeds, or "diverged"), and the
     selected rate."""
     by_lr = defaultdict(dict)
@@ -156,9 +113,9 @@ def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str) -> l
     lrs = sorted({r["lr"] for r in sweep})
     diverged = diverged_cells(sweep)
     lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
-    for method in ordered(by_lr):
+    for method in legend.order(by_lr):
         cells = [diverged.get((method, lr)) or fmt(by_lr[method].get(lr, [])) for lr in lrs]
-        lines.append(f"| {label(method)} | " + " | ".join(cells) + f" | {selected[method]:g} |")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {shown(selected[method])} |")
     return lines
 
 

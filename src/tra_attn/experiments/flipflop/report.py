@@ -1,39 +1,18 @@
-"""The flip-flop page: tables and plot from result rows (JSONL); nothing here trains or evaluates a model.
-
-``tra report DIR`` rebuilds DIR/results.md and DIR/accuracy.png from DIR/results.jsonl.
-"""
+"""Flip-flop's section of a page: tables and plot from result rows; nothing here trains or evaluates a model."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop
-from ...utils.atomic import atomic_write, atomic_write_text
-from ...utils.rows import read_rows
-from ..bench.report import accuracy_table, budget_phrase
+from ...utils.atomic import atomic_write
 from ..fit import FIT_ACCURACY, unfit_methods
-from ..tables import (
-    NO_TEST_DATA,
-    PRESET_LEARNING_RATES,
-    collect,
-    color,
-    discussion_lines,
-    label,
-    learning_rate_note,
-    mean_std,
-    ordered,
-    page_header,
-    read_results,
-    report_command,
-    sweep_table,
-    variant_lines,
-)
-from .rows import upgrade_rows
+from ..suite.report import SHARED, accuracy_table, budget_phrase, per_seed_section
+from ..tables import NO_TEST_DATA, Legend, collect, mean_std, methods_section, sweep_table
 
-__all__ = ["flipflop_columns", "markdown_table", "unfit_methods", "write_report"]
+__all__ = ["flipflop_columns", "flipflop_section", "markdown_table"]
 
 
 def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -46,9 +25,9 @@ def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
     return cols
 
 
-def markdown_table(rows: list[dict], metric: str, with_time: bool) -> list[str]:
-    """The accuracy table of every procedural task (``bench/report.py``) with flip-flop's columns."""
-    return accuracy_table(rows, metric, with_time, flipflop_columns(rows))
+def markdown_table(rows: list[dict], legend: Legend, metric: str, with_time: bool) -> list[str]:
+    """The accuracy table of every procedural task (``suite/report.py``) with flip-flop's columns."""
+    return accuracy_table(rows, legend, metric, with_time, flipflop_columns(rows))
 
 
 def training_phrase(config: dict) -> str:
@@ -88,7 +67,7 @@ def data_statistics_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def plot_flipflop(rows: list[dict], path: Path) -> None:
+def plot_flipflop(rows: list[dict], legend: Legend, path: Path) -> None:
     """Left: full-sequence accuracy per split; right: accuracy against length. Mean and std over seeds."""
     import matplotlib
 
@@ -99,11 +78,11 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     train_length = cols[0][2]
     bar_cols = [c for c in cols if not (c[1] == "iid" and c[2] > train_length)]  # the density shifts
     values = collect(rows, "full_seq_acc")
-    methods = ordered({r["method"] for r in rows})
+    methods = legend.order({r["method"] for r in rows})
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
-        method_color, method_label = color(method), label(method)
+        method_color, method_label = legend.color(method), method
         split_stats = [mean_std(values[(method, s, n)]) for _, s, n in bar_cols]
         left.bar(
             [j + (i - (len(methods) - 1) / 2) * width for j in range(len(bar_cols))],
@@ -141,83 +120,42 @@ def plot_flipflop(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(
-    out: str | Path,
-    command: str = "",
-    preset: str = "",
-    notes: str | Path | None = None,
-    markdown: str | Path | None = None,
-) -> Path:
-    """Build results.md (or ``markdown``) and accuracy.png in ``out`` from out/results.jsonl.
-
-    ``command`` and ``preset`` default to those recorded in out/run.json by ``tra flipflop``.
-    """
-    out = Path(out)
-    rows, recorded = read_results(out, "tra flipflop", upgrade_rows)
-    command, preset = command or recorded.get("command", ""), preset or recorded.get("preset", "")
-    learning_rates = recorded.get("learning_rates", PRESET_LEARNING_RATES)
-    markdown = Path(markdown) if markdown else out / "results.md"
-    plot = out / "accuracy.png"
-    plot_flipflop(rows, plot)
+def flipflop_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:
+    """Model and recipe, methods, accuracy tables, plot, per-read accuracy, test data and sweep."""
+    rows, legend = results.rows, Legend(results.question.methods)
     config = rows[0]["config"]
-    sweep = upgrade_rows(read_rows(out / "sweep.jsonl"))
-    selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
-    lr_note = learning_rate_note(
-        rows,
-        sweep,
-        selected,
-        agreed="The learning rate of every method is the one selected on a held-out IID validation set by the "
-        "sweep below, never on the test splits.",
-        without_sweep=learning_rates,
-    )
-    budget = "step cap" if config.get("fit_accuracy") else "step budget"
-    variants = variant_lines({r["method"] for r in rows})
-    variants_note = " (and, for a named variant, the fields listed under Variants)" if variants else ""
-    title = "Flip-flop language modelling: TRA, ablations and baselines"
-    lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
-    lines += [
-        f"Model: {config['model']['n_layers']} layer{'s' * (config['model']['n_layers'] != 1)}, "
-        f"d_model {config['model']['d_model']}, "
-        f"{config['model']['n_heads']} heads, {config['model']['block_style']} blocks, SwiGLU MLP; "
-        f"{training_phrase(config)}. "
-        f"Every method shares the model, data, seeds and {budget}; only the attention differs{variants_note}. "
-        f"{lr_note}",
+    model = config["model"]
+    plot = folder / "accuracy.png"
+    if plots:
+        plot_flipflop(rows, legend, plot)
+    lines = [
+        f"Model: {model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
+        f"{model['n_heads']} heads, {model['block_style']} blocks, SwiGLU MLP; {training_phrase(config)}. {SHARED}",
         "",
-        "## Full-sequence accuracy (mean ± std over seeds)",
+        *methods_section(results, level),
+        f"{level} Full-sequence accuracy (mean ± std over seeds)",
         "",
         "A sequence counts only if every read bit is predicted correctly. Test sets are shared by all methods "
         "and seeds; every test sequence ends with a read; longer splits hold fewer sequences, with the same "
         "number of tokens as the training-length splits (see Test data). Training minutes include the "
         "periodic validation.",
         "",
-        *markdown_table(rows, "full_seq_acc", with_time=True),
-        "",
-        *(
-            [
-                f"† did not fit the training task: final validation (IID) full-sequence accuracy below "
-                f"{FIT_ACCURACY} in at least one seed. With the shared budget and learning rates chosen on "
-                "validation data this is a fitting failure, not evidence about generalisation.",
-                "",
-            ]
-            if unfit_methods(rows)
-            else []
-        ),
-        f"![accuracy per split and per length]({os.path.relpath(plot, markdown.parent)})",
-        "",
-        *variants,
-        "## Per-read accuracy",
-        "",
-        *markdown_table(rows, "token_acc", with_time=False),
-        "",
-        "## Test data",
-        "",
-        *data_statistics_table(rows),
+        *markdown_table(rows, legend, "full_seq_acc", with_time=True),
         "",
     ]
-    if sweep:
-        table = sweep_table(sweep, selected, "full_seq_acc")
-        lines += ["## Learning-rate sweep (validation full-sequence accuracy)", "", *table, ""]
-    if notes:
-        lines += [*discussion_lines(Path(notes).read_text()), ""]
-    atomic_write_text(markdown, "\n".join(lines))
-    return markdown
+    if unfit_methods(rows):
+        lines += [
+            f"† did not fit the training task: final validation (IID) full-sequence accuracy below {FIT_ACCURACY} "
+            "in at least one seed. With the shared budget and learning rates chosen on validation data this is a "
+            "fitting failure, not evidence about generalisation.",
+            "",
+        ]
+    iid = [c for c in flipflop_columns(rows) if c[1] == "iid"]
+    lines += per_seed_section(rows, legend, iid[-1], level)
+    lines += [f"![accuracy per split and per length]({os.path.relpath(plot, page.parent)})", ""]
+    lines += [f"{level} Per-read accuracy", "", *markdown_table(rows, legend, "token_acc", with_time=False), ""]
+    lines += [f"{level} Test data", "", *data_statistics_table(rows), ""]
+    if results.sweep:
+        table = sweep_table(results.sweep, results.selected, "full_seq_acc", legend)
+        lines += [f"{level} Learning-rate sweep (validation full-sequence accuracy)", "", *table, ""]
+    return lines

@@ -3,10 +3,26 @@ tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
+from ..methods import Method
 from ..preset import Preset
 
-# TRA and the baselines the paper compares against on text; the ablations are optional (--methods).
-DEFAULT_METHODS = ("tra", "nope", "rope", "alibi", "fox", "cope")
+SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
+# The cpu preset's validated rates: each the best on validation bits per byte in the sweep of results/text (the
+# kinds) or results/text_tra_variants (the TRA variants); tests/experiments/test_specs.py checks that they agree.
+CPU_RATES = {
+    **{Method(kind): lr for kind, lr in {
+        "tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3, "t5": 3e-3, "fire": 3e-3,
+        "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 1e-3, "asentmax": 1e-3, "tra_nothreshold": 3e-3,
+    }.items()},
+    Method("tra", options={"threshold": -0.5}): 3e-3,
+    Method("tra", options={"threshold": -1.0}): 1e-3,
+    Method("tra", options={"dense_heads": 1}): 1e-3,
+    Method("tra", options={"dense_heads": 2}): 1e-3,
+    Method("tra", options={"threshold_warmup": 150}): 1e-3,
+    Method("tra", options={"learned_temperature": True}): 1e-3,
+    Method("tra", options={"gate_bias_init": 3.0}): 3e-3,
+    Method("tra", model={"block_style": "paper"}): 1e-2,
+}  # fmt: skip
 
 PRESETS = {
     # Byte-level Austen on 2 CPU cores: five novels to train, Persuasion to validate.
@@ -26,29 +42,10 @@ PRESETS = {
             eval_sequences=128,
             checkpoint_every=200,
         ),
-        seeds=(0, 1),
         eval_budget=1 << 16,
-        # Chosen on validation bits per byte by the sweep
-        # `tra lm compare --preset cpu --lrs 3e-4 1e-3 3e-3 1e-2 --seeds 0 --out results/lm_austen`; the TRA
-        # variants' by `tra lm compare --preset cpu --methods ... --lrs 1e-3 3e-3 1e-2 --seeds 0
-        # --out results/tra_on_text` (results/tra_on_text.md).
-        lrs={
-            "tra": 1e-3,
-            "nope": 1e-3,
-            "rope": 3e-3,
-            "alibi": 3e-3,
-            "fox": 3e-3,
-            "cope": 1e-3,
-            "tra_nothreshold": 3e-3,
-            "tra_threshold_m0p5": 3e-3,
-            "tra_threshold_m1": 1e-3,
-            "tra_dense1": 1e-3,
-            "tra_dense2": 1e-3,
-            "tra_warmup": 1e-3,
-            "tra_temperature": 1e-3,
-            "tra_gate3": 3e-3,
-            "tra_paperblock": 1e-2,
-        },
+        lrs=CPU_RATES,
+        lrs_source="each selected on validation bits per byte by the sweeps of results/text and "
+        "results/text_tra_variants",
         description="byte-level Austen; 4 layers, d_model 128, 4 heads; 600 steps of 32 x 128 tokens; "
         "evaluated on 65,536 Persuasion bytes at 1x-16x",
     ),
@@ -60,9 +57,9 @@ PRESETS = {
         train=dict(
             length=16, steps=6, batch_size=4, warmup_steps=1, eval_every=3, eval_sequences=8, checkpoint_every=3
         ),
-        seeds=(0,),
         eval_budget=1024,
         lr=3e-3,
+        lr_reason=SMOKE,
         description="smoke test (1 layer, d_model 16, 16-byte windows, 6 steps)",
     ),
     # WikiText-103 with GPT-2 BPE at a paper-like size (a GPU job: --device cuda; data from --data-dir).
@@ -84,9 +81,7 @@ PRESETS = {
             checkpoint_every=2000,
             precision="bf16",
         ),
-        seeds=(0,),
         eval_budget=None,
-        lr=3e-4,
         description="WikiText-103, GPT-2 BPE; 12 layers, d_model 768, 12 heads; 50,000 steps of 64 x 512 tokens "
         "(1.6B tokens per method; estimated from 6 x params x tokens at 40% of an H200's bf16 peak: about 2 hours "
         "per method, not yet measured)",

@@ -1,31 +1,15 @@
-"""The language-modelling page: bits per byte against evaluation length, and loss against position."""
+"""The language-modelling section of a page: bits per byte against evaluation length, and loss against position."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from collections import defaultdict
 from pathlib import Path
 
-from ...utils.atomic import atomic_write, atomic_write_text
-from ...utils.rows import read_rows
-from ..tables import (
-    color,
-    discussion_lines,
-    diverged_cells,
-    fmt,
-    label,
-    learning_rate_note,
-    mean_std,
-    ordered,
-    page_header,
-    read_results,
-    report_command,
-    sweep_table,
-    variant_lines,
-)
+from ...utils.atomic import atomic_write
+from ..tables import Legend, diverged_cells, fmt, mean_std, methods_section, sweep_table
 from .comparison import SELECTION_METRIC
 
 POSITION = re.compile(r"^loss@(\d+)-(\d+)$")
@@ -45,7 +29,7 @@ def evaluation_lengths(rows: list[dict], bpb: dict[tuple[str, int], list[float]]
     return sorted({n for _, n in bpb}) or [rows[0]["config"]["length"]]
 
 
-def bpb_table(rows: list[dict]) -> list[str]:
+def bpb_table(rows: list[dict], legend: Legend) -> list[str]:
     """Bits per byte per method and evaluation length (mean ± std over seeds), and their training cost; a
     method whose training diverged shows "diverged" in place of its numbers."""
     bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
@@ -61,10 +45,10 @@ def bpb_table(rows: list[dict]) -> list[str]:
     header = ["method", "lr", "seeds"] + [f"{n // train_length}x ({n})" for n in lengths]
     header += [f"{lengths[-1] // train_length}x / 1x", "train minutes", "tokens/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method in ordered({r["method"] for r in rows}):
+    for method in legend.order({r["method"] for r in rows}):
         first, last = mean_std(bpb[(method, lengths[0])])[0], mean_std(bpb[(method, lengths[-1])])[0]
         key = (method, train_length)
-        cells = [label(method), f"{lr[method]:g}", str(len(seeds[method]))]
+        cells = [method, f"{lr[method]:g}", str(len(seeds[method]))]
         cells += [fmt(bpb[(method, n)]) for n in lengths]
         cells.append(f"{last / first:.3f}" if first and not math.isnan(first) else "n/a")
         cells.append(fmt([s / 60 for s in minutes[key]], 1))
@@ -75,7 +59,7 @@ def bpb_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], legend: Legend, path: Path) -> None:
     """Left: bits per byte against evaluation length; right: loss against position at the longest length."""
     import matplotlib
 
@@ -85,7 +69,7 @@ def plot(rows: list[dict], path: Path) -> None:
     bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
     lengths = evaluation_lengths(rows, bpb)
     longest = lengths[-1]
-    methods = ordered({r["method"] for r in rows})
+    methods = legend.order({r["method"] for r in rows})
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for method in methods:
         stats = [mean_std(bpb[(method, n)]) for n in lengths]
@@ -95,8 +79,8 @@ def plot(rows: list[dict], path: Path) -> None:
             yerr=[s for _, s in stats],
             marker="o",
             capsize=2,
-            color=color(method),
-            label=label(method),
+            color=legend.color(method),
+            label=method,
         )
         buckets = defaultdict(list)
         for r in rows:
@@ -105,7 +89,7 @@ def plot(rows: list[dict], path: Path) -> None:
                 buckets[(int(match.group(1)) + int(match.group(2))) / 2].append(r["value"])
         centres = sorted(buckets)
         right.plot(
-            centres, [mean_std(buckets[c])[0] for c in centres], marker=".", color=color(method), label=label(method)
+            centres, [mean_std(buckets[c])[0] for c in centres], marker=".", color=legend.color(method), label=method
         )
     for axis in (left, right):
         axis.axvline(lengths[0], color="k", linestyle="--", linewidth=1)
@@ -123,51 +107,32 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(out, command: str = "", notes=None, markdown=None) -> Path:
-    """Build results.md (or ``markdown``) and bits_per_byte.png in ``out`` from out/results.jsonl."""
-    out = Path(out)
-    rows, recorded = read_results(out, "tra lm compare")
-    command, preset = command or recorded.get("command", ""), recorded.get("preset", "")
-    markdown = Path(markdown) if markdown else out / "results.md"
-    image = out / "bits_per_byte.png"
-    plot(rows, image)
+def lm_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:
+    """Corpus, model and recipe, methods, bits per byte per length, the plot and the sweep."""
+    rows, legend = results.rows, Legend(results.question.methods)
     config = rows[0]["config"]
     model = config["model"]
-    sweep = read_rows(out / "sweep.jsonl")
-    selected = json.loads((out / "selected_lrs.json").read_text()) if sweep else {}
-    lr_note = learning_rate_note(
-        rows,
-        sweep,
-        selected,
-        agreed="The learning rate of every method is the one with the best validation bits per byte at the "
-        "training length (windows from the start of the validation text) in the sweep below.",
-        without_sweep="Warning: no learning-rate sweep was run for this page; every method used its preset "
-        "rate, not one chosen on validation data, so this is not yet a fair comparison (rerun with --lrs).",
-    )
-    variants = variant_lines({r["method"] for r in rows})
-    variants_note = " (and, for a named variant, the fields listed under Variants)" if variants else ""
-    title = "Language modelling: bits per byte past the training length"
-    lines = page_header(title, command, report_command(out, notes, markdown), rows, preset)
-    lines += [
+    image = folder / "bits_per_byte.png"
+    if plots:
+        plot(rows, legend, image)
+    lines = [
         f"Corpus {config['task_args']['corpus']}, tokenizer {config['task_args']['tokenizer']}; model "
         f"{model['n_layers']} layer{'s' * (model['n_layers'] != 1)}, d_model {model['d_model']}, "
         f"{model['n_heads']} heads; {config['steps']} steps of {config['batch_size']} x {config['length']} tokens. "
-        f"Every method shares the model, data, seeds and step budget; only the attention differs"
-        f"{variants_note}. {lr_note} "
-        "Evaluation: non-overlapping windows over the end of the validation text, the same tokens at every length.",
+        "Every method shares the model, data, seeds and step budget; only the attention and what the methods table "
+        "lists differ. Learning rates are chosen on validation bits per byte at the training length (windows from "
+        "the start of the validation text). Evaluation: non-overlapping windows over the end of the validation "
+        "text, the same tokens at every length.",
         "",
-        "## Bits per byte (mean ± std over seeds)",
+        *methods_section(results, level),
+        f"{level} Bits per byte (mean ± std over seeds)",
         "",
-        *bpb_table(rows),
+        *bpb_table(rows, legend),
         "",
-        f"![bits per byte and loss against position]({os.path.relpath(image, markdown.parent)})",
+        f"![bits per byte and loss against position]({os.path.relpath(image, page.parent)})",
         "",
-        *variants,
     ]
-    if sweep:
-        table = sweep_table(sweep, selected, SELECTION_METRIC)
-        lines += ["## Learning-rate sweep (validation bits per byte at the training length)", "", *table, ""]
-    if notes:
-        lines += [*discussion_lines(Path(notes).read_text()), ""]
-    atomic_write_text(markdown, "\n".join(lines))
-    return markdown
+    if results.sweep:
+        table = sweep_table(results.sweep, results.selected, SELECTION_METRIC, legend)
+        lines += [f"{level} Learning-rate sweep (validation bits per byte at the training length)", "", *table, ""]
+    return lines

@@ -1,0 +1,94 @@
+"""``tra run SPEC``: a question's runs and page; ``tra flipflop``: the main job, flip-flop for every kind."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ..experiments.engine import Missing, Source
+from ..experiments.flipflop.main_job import main_job
+from ..experiments.run import build_page, page_of, run_spec
+from ..experiments.store import Evidence, RunStore
+from ..utils.atomic import atomic_write_text, make_directory
+from ..utils.cli_help import HelpFormatter
+from .train import parse_seed
+
+STORE_HELP = "the run store: training folders and checkpoints (default: $TRA_STORE, else ~/.cache/tra/runs)"
+
+
+def add_store_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", type=Path, help=STORE_HELP)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (runs on another device are other runs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def store_of(args) -> RunStore:
+    if args.store is not None:
+        make_directory(args.store, "--store")
+    return RunStore(args.store)
+
+
+def cmd_run(args) -> None:
+    store = store_of(args)
+    for spec in args.specs:
+        if args.plan:
+            page = build_page(spec, store, args.evidence, train=False, plots=False, device=args.device)
+            print(f"{page.path.parent}: {len(page.missing)} run(s) to train" + "".join(
+                f"\n  {run.describe()} ({run.id})" for run in page.missing))  # fmt: skip
+            continue
+        page = run_spec(
+            spec, store=store, evidence=args.evidence, train=not args.no_train, progress=not args.no_progress,
+            plots=not args.no_plots, device=args.device,
+        )  # fmt: skip
+        print(f"wrote {page.path}")
+
+
+def add_run_command(sub: argparse._SubParsersAction) -> None:
+    rp = sub.add_parser(
+        "run",
+        help="a question: train the runs its spec needs that the store lacks, then write its page",
+        description="Load each SPEC (a results/<question>/spec.py, or its folder), obtain every run it needs from "
+        "the evidence (committed rows), the store, or by training, and write the question's README.md from the rows "
+        "(experiments/run.py). Resumable: finished runs are reused, interrupted ones continue.",
+        formatter_class=HelpFormatter,
+    )
+    rp.add_argument("specs", nargs="+", type=Path, metavar="SPEC", help="spec files or question folders")
+    rp.add_argument(
+        "--evidence", type=Path, help="the folder of run records (default: runs/ beside the question's folder)"
+    )
+    rp.add_argument("--no-train", action="store_true", help="write the page from the rows alone; refuse if runs lack")
+    rp.add_argument("--plan", action="store_true", help="list the runs that would be trained, and do nothing")
+    rp.add_argument("--no-plots", action="store_true", help="do not redraw the plots")
+    add_store_flags(rp)
+    rp.set_defaults(func=cmd_run)
+
+
+def cmd_flipflop(args) -> None:
+    question = main_job(args.preset, tuple(args.seeds))  # checked before any folder is made
+    out = make_directory(args.out or Path(f"runs/flipflop_{args.preset}"), "--out")
+    source = Source(Evidence(out / "runs"), store_of(args), train=True, progress=not args.no_progress)
+    page = page_of(question, out, source, "tra " + shlex.join(args.argv), device=args.device)
+    if page.missing:
+        raise Missing(page.missing, more=True)
+    atomic_write_text(page.path, page.text)
+    print(page.text)
+
+
+def add_flipflop_command(sub: argparse._SubParsersAction) -> None:
+    from ..experiments.flipflop import FLIPFLOP
+
+    presets = ", ".join(f"{name} ({p.description})" for name, p in FLIPFLOP.presets.items())
+    fp = sub.add_parser(
+        "flipflop",
+        help="the main job: every attention kind and TRA ablation on flip-flop, trained to fit, tested to 8x",
+        description="Train every attention kind and TRA ablation on flip-flop at the preset's validated learning "
+        "rates, evaluate each on every test split and write OUT/README.md with its plot (experiments/flipflop). "
+        "Runs live in the store; resumable.",
+        formatter_class=HelpFormatter,
+    )
+    fp.add_argument("--preset", default="cpu", choices=list(FLIPFLOP.presets), help=presets.replace("%", "%%"))
+    fp.add_argument("--seeds", type=parse_seed, nargs="+", default=[0], help="seeds (default: 0)")
+    fp.add_argument("--out", type=Path, help="the page and its rows (default: runs/flipflop_<preset>)")
+    add_store_flags(fp)
+    fp.set_defaults(func=cmd_flipflop)

@@ -1,0 +1,152 @@
+"""Config dicts of earlier versions as the current version's: the only code that reads older config formats.
+
+Released formats:
+
+- 0.1 wrote both configs without a version (version 1): the task's parameters as top-level fields of the
+  training config, and a model config without a tokenizer, dropout placement, initialisation scheme, or any of
+  TRA's later options;
+- 0.2 wrote TrainConfig version 5 (its model nested without a version) and ModelConfig version 6, which kept
+  every kind's options as flat fields (``tra_*``, ``rope_base``, ``cope_max_pos``, ``gate_bias_init``), in
+  ``config.json`` and in Hugging Face folders alike.
+
+Two steps bring them to this version: to 0.2's content (``_model_to_0_2``, ``_train_to_0_2``), then to the
+current one (``_model_to_current``, ``_train_to_current``). Every development version between two releases is
+read by the step to the next release (each change is a default for a field that did not exist yet, or a move
+that finds nothing to move), so unreleased versions need no step of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..data import TASKS
+from ..layers import ATTENTION_KINDS
+from ..models.config import VERSION as MODEL_VERSION
+from ..training.config import VERSION as TRAIN_VERSION
+
+# 0.2 kept every kind's options as flat fields of the model config: flat name -> option.
+FLAT_OPTIONS = {
+    "tra_threshold": "threshold",
+    "tra_impl": "impl",
+    "tra_learned_temperature": "learned_temperature",
+    "tra_dense_heads": "dense_heads",
+    "tra_local_window": "local_window",
+    "tra_dense_window": "dense_window",
+    "tra_threshold_warmup": "threshold_warmup",
+    "tra_keep_surrogate": "keep_surrogate",
+    "rope_base": "base",
+    "cope_max_pos": "max_pos",
+    "gate_bias_init": "gate_bias_init",
+}
+# What 0.1's model config lacked, at the value that computes what 0.1 computed.
+MODEL_DEFAULTS_0_1 = {
+    "tokenizer": None,
+    "attention_dropout": 0.0,
+    "residual_dropout": True,
+    "init_scheme": "normal",
+    "tra_learned_temperature": False,
+    "tra_dense_heads": 0,
+    "tra_threshold_warmup": 0,
+    "tra_local_window": 0,
+    "tra_dense_window": 0,
+    "tra_keep_surrogate": 0.0,
+}
+# Until 0.3 the TRA ablations were kinds of their own; they are options of "tra" now. Each former kind: the
+# options of "tra" it stands for, and the options it declared (a flat field of another option it ignored).
+_TRA_OPTIONS_0_2 = (
+    "threshold", "impl", "learned_temperature", "dense_heads", "local_window", "dense_window", "threshold_warmup",
+    "keep_surrogate", "gate_bias_init", "threshold_shift", "keep_penalty", "keep_margin",
+)  # fmt: skip
+TRA_ABLATION_KINDS = {
+    "tra_keygate": ({"gate": "key"}, tuple(o for o in _TRA_OPTIONS_0_2 if o not in ("impl", "keep_surrogate"))),
+    "tra_nothreshold": ({"threshold": -math.inf}, ("impl", "learned_temperature", "gate_bias_init")),
+    "tra_nodistance": ({"distance": False}, tuple(o for o in _TRA_OPTIONS_0_2 if o != "gate_bias_init")),
+}
+RELEASES = {"TrainConfig": {1: "0.1", 5: "0.2"}, "ModelConfig": {1: "0.1", 6: "0.2"}}
+
+
+def _declared_options(attention) -> list[str] | None:
+    """The option names the kind ``attention`` declares (as 0.2 had them, for a former TRA ablation)."""
+    if attention in TRA_ABLATION_KINDS:
+        return list(TRA_ABLATION_KINDS[attention][1])
+    kind = ATTENTION_KINDS.get(attention)
+    return None if kind is None else kind.options.names()
+
+
+def _model_to_0_2(data: dict) -> dict:
+    """0.1's model config with the fields 0.2 added, at the values that keep 0.1's model."""
+    return {**MODEL_DEFAULTS_0_1, **data}
+
+
+def _model_to_current(data: dict) -> dict:
+    """0.2's model config as today's: the flat option fields move into ``attention_options`` (each that the kind
+    declares: the others had no effect in 0.2), and a former TRA ablation kind becomes TRA with its option."""
+    flat = {new: data.pop(old) for old, new in FLAT_OPTIONS.items() if old in data}
+    declared = _declared_options(data.get("attention", "tra"))
+    if declared is not None:  # an unknown kind is refused by name when the config is built
+        flat = {name: value for name, value in flat.items() if name in declared}
+    given = data.get("attention_options")
+    options = {**flat, **given} if isinstance(given, dict) else (given or flat)
+    if data.get("attention") in TRA_ABLATION_KINDS and isinstance(options, dict):
+        options = {**options, **TRA_ABLATION_KINDS[data["attention"]][0]}
+        data["attention"] = "tra"
+    return {**data, "attention_options": options}
+
+
+def upgrade_model_config(data: dict) -> dict:
+    """A model config dict of any earlier version as a current one (with its version); a current one as it is."""
+    data, version = _versioned("ModelConfig", data, MODEL_VERSION)
+    if version < 6:
+        data = _model_to_0_2(data)
+    if version < MODEL_VERSION:
+        data = _model_to_current(data)
+    return {**data, "version": MODEL_VERSION}
+
+
+def _train_to_0_2(data: dict, version: int) -> dict:
+    """0.1's training config as 0.2's: the task's parameters into ``task_args``, the fields 0.2 added at the values
+    that keep 0.1's run, and the threshold warm-up (a training field until 0.2's development) into the model."""
+    if version == 1 and data.get("task") in TASKS:
+        parameters = [f.name for f in dataclasses.fields(TASKS[data["task"]])]
+        data.setdefault("task_args", {name: data.pop(name) for name in parameters if name in data})
+    data = {"grad_accum": 1, "compile": False, "fit_accuracy": 0.0, **data}
+    warmup = data.pop("tra_threshold_warmup", 0)
+    if warmup and isinstance(data.get("model"), dict):
+        data["model"] = {**data["model"], "tra_threshold_warmup": warmup}
+    return data
+
+
+def _train_to_current(data: dict) -> dict:
+    """0.2's training config as today's: one sequence per row (no length spread), the model upgraded."""
+    data = {"length_spread": 0.0, **data}
+    if isinstance(data.get("model"), dict):
+        data["model"] = upgrade_model_config(data["model"])
+    return data
+
+
+def upgrade_train_config(data: dict) -> dict:
+    """A training config dict of any earlier version as a current one (with its version, and its model's)."""
+    data, version = _versioned("TrainConfig", data, TRAIN_VERSION)
+    if version < 5:
+        data = _train_to_0_2(data, version)
+    if version < TRAIN_VERSION:
+        data = _train_to_current(data)
+    return {**data, "version": TRAIN_VERSION}
+
+
+def _versioned(name: str, data, current: int) -> tuple[dict, int]:
+    """(a copy of ``data`` without its version, the version: 1 when absent), or a ValueError naming ``name``."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{name}: got {type(data).__name__}; expected a JSON object of fields")
+    data = dict(data)
+    version = data.pop("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= current:
+        raise ValueError(f"{name}: version = {version!r}; expected 1 to {current} (a newer file needs a newer tra)")
+    return data, version
+
+
+def released(name: str, version: int) -> str:
+    """How an error names a file's format: 'written by tra 0.2', or by a development version."""
+    release = RELEASES[name].get(version)
+    return f"written by tra {release}" if release else f"written by a development version of tra ({name} {version})"

@@ -1,0 +1,192 @@
+"""``tra run``: a question's runs trained once into the store, reused from the evidence, resumed when interrupted,
+each method at the rate its sweep chose; its page written from the rows alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import textwrap
+
+import pytest
+import torch
+
+import tra_attn.experiments.engine as engine
+from tests.cli.test_cli import run
+from tests.training.test_train import sigint_during
+from tra_attn.experiments.identity import run_id
+from tra_attn.experiments.store import Evidence, RunStore
+from tra_attn.training.checkpoint import list_checkpoints
+
+SPEC = """
+from tra_attn.experiments.methods import Method
+from tra_attn.experiments.spec import Question
+
+spec = Question(
+    title="Tiny: does the pipeline work?",
+    task="flipflop",
+    preset="tiny",
+    methods=(Method("tra"), Method("nope"){more}),
+    seeds=(0, 1),
+    lrs={lrs},
+    sweep_seeds={sweep},
+    lrs_source="the tiny preset's one rate",
+)
+"""
+
+
+def write_spec(folder, lrs=(1e-3, 3e-3), sweep=(0,), more="", **replace):
+    folder.mkdir(parents=True, exist_ok=True)
+    text = SPEC.format(lrs=lrs, sweep=sweep, more=more)
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    (folder / "spec.py").write_text(textwrap.dedent(text))
+    return folder
+
+
+@pytest.fixture
+def question(tmp_path):
+    """A question folder under results/, its evidence beside it, a store of its own."""
+    folder = write_spec(tmp_path / "results" / "tiny")
+    (tmp_path / "results" / "runs").mkdir()
+    return folder
+
+
+def tra_run(folder, capsys, *flags):
+    store = folder.parent.parent / "store"
+    return run(["run", folder, "--store", store, "--no-progress", "--no-plots", *flags], capsys)
+
+
+def test_a_question_trains_its_sweep_then_the_other_seeds_at_the_selected_rate(question, capsys):
+    code, out, err = tra_run(question, capsys)
+    assert code == 0, err
+    records = [Evidence(question.parent / "runs").get(r) for r in Evidence(question.parent / "runs").runs()]
+    trained = sorted((r.config["model"]["attention"], r.config["lr"], r.config["seed"]) for r in records)
+    page = (question / "README.md").read_text()
+    chosen = {kind: lr for kind, lr, seed in trained if seed == 1}
+    assert trained == sorted([(k, lr, 0) for k in ("tra", "nope") for lr in (1e-3, 3e-3)] + [
+        (k, chosen[k], 1) for k in ("tra", "nope")])  # fmt: skip
+    assert page.startswith("# Tiny: does the pipeline work?") and "Command: `tra run results/tiny`" in page
+    assert "(best of 0.001, 0.003 on seed 0)" in page and "## Learning-rate sweep" in page
+    store = RunStore(question.parent.parent / "store")
+    assert all(list_checkpoints(store.directory(r.run)) and store.get(r.run) for r in records)
+
+
+def test_a_second_run_trains_nothing_and_the_evidence_alone_rebuilds_the_page(question, capsys, monkeypatch):
+    assert tra_run(question, capsys)[0] == 0
+    page = (question / "README.md").read_text()
+    monkeypatch.setattr(engine, "train", lambda *a, **k: pytest.fail("trained a run the evidence holds"))
+    assert tra_run(question, capsys)[0] == 0 and (question / "README.md").read_text() == page
+    shutil.rmtree(question.parent.parent / "store")
+    (question / "README.md").unlink()
+    assert tra_run(question, capsys, "--no-train")[0] == 0 and (question / "README.md").read_text() == page
+
+
+def test_a_record_lacking_the_evaluation_is_evaluated_again_from_the_store(question, capsys, monkeypatch):
+    assert tra_run(question, capsys)[0] == 0
+    evidence = Evidence(question.parent / "runs")
+    one = evidence.get(evidence.runs()[0])
+    evidence.put(type(one)(one.run, one.config, one.commit, one.validation, {}))
+    (question.parent.parent / "store" / one.run / "record.json").unlink()
+    checkpoints = list_checkpoints(question.parent.parent / "store" / one.run)
+    assert tra_run(question, capsys)[0] == 0
+    assert evidence.get(one.run).tests == one.tests and evidence.get(one.run).commit == one.commit
+    assert list_checkpoints(question.parent.parent / "store" / one.run) == checkpoints  # evaluated, not trained
+
+
+def test_without_training_the_missing_runs_are_named_and_nothing_is_written(question, capsys):
+    code, _, err = tra_run(question, capsys, "--no-train")
+    assert code == 2 and "4 run(s) are in neither the evidence nor the store: TRA lr=0.001 seed=0" in err
+    assert not (question / "README.md").exists() and Evidence(question.parent / "runs").runs() == []
+    code, out, _ = tra_run(question, capsys, "--plan")
+    assert code == 0 and "4 run(s) to train" in out and "NoPE lr=0.003 seed=0" in out
+
+
+def test_an_interrupted_run_resumes_in_the_store(question, capsys, monkeypatch):
+    write_spec(question, lrs=(3e-3,), sweep=())
+    sigint_during(monkeypatch, torch.optim.AdamW, "step", 12)
+    code, _, err = tra_run(question, capsys)
+    assert code == 130 and "interrupted after step" in err
+    monkeypatch.undo()
+    assert Evidence(question.parent / "runs").runs() == []
+    assert tra_run(question, capsys)[0] == 0
+    records = [Evidence(question.parent / "runs").get(r) for r in Evidence(question.parent / "runs").runs()]
+    assert len(records) == 4
+    straight = question.parent.parent / "straight"
+    write_spec(straight, lrs=(3e-3,), sweep=())
+    (straight.parent / "runs").mkdir(exist_ok=True)
+    assert run(["run", straight, "--store", straight.parent / "store2", "--no-progress", "--no-plots"], capsys)[0] == 0
+    again = {r: Evidence(straight.parent / "runs").get(r) for r in Evidence(straight.parent / "runs").runs()}
+    assert all(again[r.run].tests == r.tests for r in records)  # the resumed run computed what a straight one did
+
+
+def test_a_run_the_store_holds_under_another_name_is_reused(question, capsys):
+    """Two questions asking for the same config share its run: the second trains nothing."""
+    assert tra_run(question, capsys)[0] == 0
+    other = write_spec(question.parent / "other", more=', Method("tra", label="TRA again")', **{
+        'Method("tra"), ': ""})  # fmt: skip
+    shutil.rmtree(question.parent / "runs")
+    (question.parent / "runs").mkdir()
+    store = RunStore(question.parent.parent / "store")
+    before = sorted(p.name for p in store.root.iterdir())
+    assert tra_run(other, capsys)[0] == 0
+    assert sorted(p.name for p in store.root.iterdir()) == before
+    assert "| TRA again |" in (other / "README.md").read_text()
+
+
+def test_a_diverging_rate_is_recorded_as_diverged_and_never_selected(question, capsys):
+    write_spec(question, lrs=(3e-3, 1e9))
+    assert tra_run(question, capsys)[0] == 0
+    page = (question / "README.md").read_text()
+    assert re.search(r"^\| TRA( †)? \| 0.003 \| 2 \|", page, re.M)
+    assert re.search(r"^\| TRA \| [0-9.]+ \| diverged \| 0.003 \|$", page, re.M)
+    records = [Evidence(question.parent / "runs").get(r) for r in Evidence(question.parent / "runs").runs()]
+    assert {r.config["lr"] for r in records if r.diverged} == {1e9}
+
+
+def test_a_method_without_a_rate_is_refused_by_name_before_any_work(question, capsys):
+    write_spec(question, lrs=(), sweep=(), **{'preset="tiny"': 'preset="cpu"', "    lrs_source=": "    # ",
+               'Method("nope")': 'Method("tra", options={"local_window": 3})'})  # fmt: skip
+    code, _, err = tra_run(question, capsys)
+    assert code == 2 and "TRA (local_window=3): the 'cpu' preset has no learning rate chosen on validation" in err
+    assert Evidence(question.parent / "runs").runs() == []
+
+
+def test_a_kind_registered_outside_the_package_joins_a_question_with_one_line(question, capsys):
+    """docs/model.md's own kind, added to a copy of a spec."""
+    from tra_attn import AttentionKind, register_attention
+    from tra_attn.layers import unregister_attention
+
+    from .test_harness import HalfScaleNoPE
+
+    register_attention(AttentionKind("half_scale_nope", HalfScaleNoPE))
+    try:
+        write_spec(question, more=', Method("half_scale_nope", options={"factor": 0.25})')
+        assert tra_run(question, capsys)[0] == 0
+        page = (question / "README.md").read_text()
+        assert "| half_scale_nope (factor=0.25) | `half_scale_nope` | factor=0.25 |" in page
+    finally:
+        unregister_attention("half_scale_nope")
+
+
+def test_the_store_refuses_a_folder_of_another_run(question, capsys):
+    assert tra_run(question, capsys)[0] == 0
+    evidence, store = Evidence(question.parent / "runs"), RunStore(question.parent.parent / "store")
+    one, two = evidence.runs()[:2]
+    (store.directory(one) / "record.json").unlink()
+    shutil.copy(store.directory(two) / "train_config.json", store.directory(one) / "train_config.json")
+    evidence.path(one).unlink()
+    code, _, err = tra_run(question, capsys)
+    assert code == 2 and f"holds a run of another config; expected run {one}" in err
+
+
+def test_run_ids_follow_the_config_not_the_label(question):
+    from tra_attn.experiments.engine import run_config
+    from tra_attn.experiments.flipflop import FLIPFLOP
+    from tra_attn.experiments.methods import Method
+    from tra_attn.experiments.spec import load_spec
+
+    spec = load_spec(question)
+    one = run_config(FLIPFLOP, spec, Method("tra"), 1e-3, 0)
+    two = run_config(FLIPFLOP, spec, Method("tra", label="renamed"), 1e-3, 0)
+    assert run_id(one) == run_id(two) and json.dumps(one.to_dict()) == json.dumps(two.to_dict())
