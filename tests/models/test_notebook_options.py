@@ -16,6 +16,7 @@ from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.cope import cope_attention
 from tra_attn.ops.fox import forgetting_attention
 from tra_attn.ops.masks import causal_mask
+from tra_attn.ops.tra import KeepRule, TrainingAids
 from tra_attn.ops.tra.naive import dropout_factors, keep_mask, tra_naive
 
 KINDS = sorted(ATTENTION_KINDS)
@@ -50,20 +51,23 @@ def test_tra_logit_dropout_equals_the_notebook_forward():
     position, ops/tra/dropout.py): a dropped logit becomes 0 and stays in the softmax, a kept one is scaled."""
     q, k, v, log_gate = inputs()
     q[0, 0, 0] = -k[0, 0, 0]  # the first query keeps no key: a zero row
-    ours = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P, dropout_seed=5)
+    contract = {"scale": q.shape[-1] ** -0.5, "keep": KeepRule(0.0)}
+    ours = tra_naive(q, k, v, log_gate, **contract, aids=TrainingAids(logit_dropout=P, dropout_seed=5))
     factors = dropout_factors(P, 5, torch.empty(2, 3, 11, 11, dtype=torch.float64))
     theirs = notebook_tra(q, k, v, log_gate, lambda logits: logits * factors)
     torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=1e-12)
     assert ours[0, 0, 0].abs().max() == 0
     assert set(factors.unique().tolist()) == {0.0, 1 / (1 - P)}
-    assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=6))
+    other = tra_naive(q, k, v, log_gate, **contract, aids=TrainingAids(logit_dropout=P, dropout_seed=6))
+    assert not torch.allclose(ours, other)
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
 def test_every_impl_drops_the_same_logits(impl):
     q, k, v, log_gate = inputs()
     ours = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P, dropout_seed=5)
-    reference = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=5)
+    aids = TrainingAids(logit_dropout=P, dropout_seed=5)
+    reference = tra_naive(q, k, v, log_gate, scale=q.shape[-1] ** -0.5, keep=KeepRule(0.0), aids=aids)
     torch.testing.assert_close(ours, reference, atol=1e-14, rtol=0)
     assert not torch.allclose(ours, threshold_relative_attention(q, k, v, log_gate, impl=impl))
     torch.manual_seed(5)  # no seed: one drawn from torch's generator, the same after the same manual_seed

@@ -12,7 +12,7 @@ from tests.conftest import assert_close, tra_inputs
 from tra_attn import ModelConfig, TransformerLM, threshold_relative_attention
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.ops.masks import causal_mask
-from tra_attn.ops.tra import dispatch, tra_chunked
+from tra_attn.ops.tra import Documents, KeepRule, TrainingAids, dispatch, tra_chunked
 from tra_attn.ops.tra.naive import keep_mask
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
@@ -263,10 +263,10 @@ def test_chunked_surrogate_equals_the_materialised_one(case, dropout, monkeypatc
     expected = grads(op(inputs, 0.7, **options, **training), inputs, weights)
     monkeypatch.setattr(dispatch, "tra_surrogate", None)  # the chunked path must not materialise anything
     monkeypatch.setattr(dispatch, "tra_naive", None)
-    scale = 8**-0.5
+    keep = KeepRule(THRESHOLD, options["local_window"], options["sliding_window"])
+    contract = {"scale": 8**-0.5, "keep": keep, "documents": Documents(options["segment_ids"]), "block_size": block}
     exact, relaxed = (
-        tra_chunked(*inputs, scale, THRESHOLD, block, None, **options, keep_surrogate=tau, **training)
-        for tau in (0.0, 0.7)
+        tra_chunked(*inputs, **contract, aids=TrainingAids(keep_surrogate=tau, **training)) for tau in (0.0, 0.7)
     )
     assert torch.equal(relaxed, exact)  # the forward is the exact op's, bit for bit
     actual = grads(relaxed, inputs, weights)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.tra.contract import Documents, KeepRule, TrainingAids
 from ..ops.tra.key_gate import tra_key_gate_naive
 from .tra import TRAAttention, TRAOptions
 
@@ -36,11 +37,10 @@ class TRAKeyGateAttention(TRAAttention):
         return self.by_heads(q, k, v, extras["log_gate"], segment_ids)
 
     def op(self, q, k, v, key_log_gate, threshold: float, local_window: int = 0, sliding_window: int = 0, **documents):
-        scale = self.head_dim**-0.5
-        dropout = self.logit_dropout()
-        return tra_key_gate_naive(
-            q, k, v, key_log_gate, scale, threshold, dropout, local_window, sliding_window, **documents
-        )
+        keep = KeepRule(threshold, local_window, sliding_window)
+        contract = {"keep": keep, "documents": Documents(documents.get("segment_ids"))}
+        aids = TrainingAids(logit_dropout=self.logit_dropout())
+        return tra_key_gate_naive(q, k, v, key_log_gate, scale=self.head_dim**-0.5, **contract, aids=aids)
 
 
 class TRANoThresholdAttention(TRAAttention):
