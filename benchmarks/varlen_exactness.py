@@ -47,7 +47,10 @@ from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
 MODEL_BAR = 1e-5  # tests/models/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
 FP64_BAR = 1e-12  # tests/ops/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
 TRITON_BAR = 3e-5  # tests/ops/test_tra_varlen.py, fp32 Triton: 3e-5 x max(1, max |reference|) (here unscaled)
-VARIANTS = {  # TRA with the keep rule's windows and dense heads (experiments/methods.py, README results)
+VARIANTS = {  # TRA's ablations, and TRA with the keep rule's windows and dense heads (experiments/methods.py, README)
+    "tra_gate=key": {"gate": "key"},
+    "tra_threshold=-inf": {"threshold": float("-inf")},
+    "tra_distance=false": {"distance": False},
     "tra_local_window=4": {"local_window": 4},
     "tra_dense_heads=2": {"dense_heads": 2},
     "tra_dense_heads=2, tra_dense_window=16": {"dense_heads": 2, "dense_window": 16},

@@ -1,7 +1,9 @@
-"""Shared test helpers: random TRA inputs and a closeness check that reports the worst element."""
+"""Shared test helpers: random TRA inputs, a closeness check that reports the worst element, and the attention
+settings every model test runs (each kind, and the TRA ablations, which are options of the tra kind)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -20,6 +22,27 @@ from tra_attn.layers.norms import rms_normalize
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+# The TRA ablations, options of the tra kind, under the names they had as kinds (up to ModelConfig version 7).
+TRA_ABLATIONS = {
+    "tra_keygate": {"gate": "key"},
+    "tra_nothreshold": {"threshold": -math.inf},
+    "tra_nodistance": {"distance": False},
+}
+
+
+def attention_settings(kinds) -> list[str]:
+    """The names of ``kinds`` (registered kinds), then those of the TRA ablations when ``kinds`` has tra."""
+    return [*kinds, *(TRA_ABLATIONS if "tra" in kinds else ())]
+
+
+def attention_fields(name: str, **options) -> dict:
+    """The ModelConfig fields of ``name``: a registered kind, or a TRA ablation (``TRA_ABLATIONS``), with
+    ``options`` added to its attention options."""
+    if name in TRA_ABLATIONS:
+        return {"attention": "tra", "attention_options": {**TRA_ABLATIONS[name], **options}}
+    return {"attention": name, "attention_options": options}
 
 
 def tra_inputs(b, h, sq, sk, d, dtype=torch.float64, gate_shift=-1.0, seed=0, requires_grad=True):

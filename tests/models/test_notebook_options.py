@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.conftest import attention_fields, attention_settings
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM, threshold_relative_attention
 from tra_attn.layers.norms import rms_normalize
 from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes
@@ -19,7 +20,7 @@ from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.tra import KeepRule, TrainingAids
 from tra_attn.ops.tra.naive import dropout_factors, keep_mask, tra_naive
 
-KINDS = sorted(ATTENTION_KINDS)
+KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations (options of tra)
 P = 0.3  # large enough that every test row sees dropped logits
 
 
@@ -95,12 +96,13 @@ def test_logit_dropout_under_bf16_autocast_keeps_the_fp32_keep_decisions(caller)
     threshold 0.3 here). Through the op (and in the key-gate op) autocast is off: same output, same keys."""
     q, k, v, log_gate = autocast_inputs()
     threshold = 0.3
-    config = ModelConfig(d_model=256, n_heads=2, attention=caller if caller != "op" else "tra", attention_dropout=P)
+    attention = attention_fields(caller if caller != "op" else "tra")
+    config = ModelConfig(d_model=256, n_heads=2, **attention, attention_dropout=P)
     layer = TransformerLM(config).blocks[0].attn  # in training mode: its logits are dropped
     run = {
         "op": lambda: threshold_relative_attention(q, k, v, log_gate, threshold=threshold, logit_dropout=P),
-        "tra": lambda: layer.op(q, k, v, log_gate, threshold),
-        "tra_keygate": lambda: layer.op(q, k, v, log_gate, threshold),
+        "tra": lambda: layer.op(q, k, v, log_gate, KeepRule(threshold)),
+        "tra_keygate": lambda: layer.op(q, k, v, log_gate, KeepRule(threshold)),
     }[caller]
     torch.manual_seed(3)
     plain = run()
@@ -152,7 +154,7 @@ def test_cope_logit_dropout_drops_the_same_logits_as_its_exact_path_uses():
 @pytest.mark.parametrize("kind", KINDS)
 def test_attention_dropout_acts_in_training_only(kind):
     torch.manual_seed(0)
-    config = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind)
+    config = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, **attention_fields(kind))
     model = TransformerLM(ModelConfig(**config, attention_dropout=P)).double()
     plain = TransformerLM(ModelConfig(**config)).double()
     plain.load_state_dict(model.state_dict())

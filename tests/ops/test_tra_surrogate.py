@@ -184,9 +184,14 @@ def test_the_option_its_checks_and_old_versions():
     for bad in (-1.0, float("inf"), float("nan"), "0.5", True):
         with pytest.raises(ValueError, match=r"TRAOptions\.keep_surrogate = .*; expected a finite number >= 0"):
             ModelConfig(attention_options={"keep_surrogate": bad})
-    for kind in ("nope", "tra_nothreshold", "tra_keygate"):
-        with pytest.raises(ValueError, match=rf"\['keep_surrogate'\] are not options of attention = '{kind}'"):
-            ModelConfig(**CONFIG, attention=kind, attention_options={"keep_surrogate": 0.5})
+    with pytest.raises(ValueError, match=r"\['keep_surrogate'\] are not options of attention = 'nope'"):
+        ModelConfig(**CONFIG, attention="nope", attention_options={"keep_surrogate": 0.5})
+    # The ablations without a keep decision to relax, or whose op has no surrogate, refuse it by both names.
+    for other, value in (("threshold", "-inf"), ("gate", "'key'")):
+        options = {"keep_surrogate": 0.5, other: float(value) if other == "threshold" else "key"}
+        pattern = rf"TRAOptions\.keep_surrogate = 0\.5 with TRAOptions\.{other} = {value}; expected keep_surrogate = 0"
+        with pytest.raises(ValueError, match=pattern):
+            ModelConfig(**CONFIG, attention="tra", attention_options=options)
 
 
 def test_a_tiny_model_trains_with_the_surrogate_and_saves_it(tmp_path):

@@ -211,9 +211,13 @@ def unregister_family(pattern: str) -> None:
 
 for _row in (
     Method("tra", "tra", "TRA", "#d62728"),
-    Method("tra_keygate", "tra_keygate", "TRA, gate at key", "#ff9896"),
-    Method("tra_nothreshold", "tra_nothreshold", "TRA, no threshold", "#e377c2"),
-    Method("tra_nodistance", "tra_nodistance", "TRA, no distance", "#8c564b"),
+    # The TRA ablations: options of the tra kind (layers/tra.py), under the names and labels they had as kinds.
+    Method("tra_keygate", "tra", "TRA, gate at key", "#ff9896", options={"gate": "key"},
+           description="the forget gate taken at each kept key (FoX-style)"),
+    Method("tra_nothreshold", "tra", "TRA, no threshold", "#e377c2", options={"threshold": -math.inf},
+           description="every causal key kept: the distance counts all keys (a data-dependent ALiBi)"),
+    Method("tra_nodistance", "tra", "TRA, no distance", "#8c564b", options={"distance": False},
+           description="the threshold only, no gate and no distance term (NoPE plus sparsity)"),
     Method("nope", "nope", "NoPE", "#7f7f7f"),
     Method("rope", "rope", "RoPE", "#1f77b4"),
     Method("alibi", "alibi", "ALiBi", "#2ca02c"),
