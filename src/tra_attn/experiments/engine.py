@@ -30,7 +30,7 @@ from ..utils.atomic import make_directory
 from ..utils.provenance import git_commit
 from ..utils.rows import read_rows, write_rows
 from .experiment import Experiment
-from .methods import resolve_method
+from .methods import TRA_ABLATIONS, resolve_method
 from .preset import Preset
 from .runs import DIVERGED, check_distinct, check_methods, check_run_arguments, run_dir, write_selection
 
@@ -118,7 +118,7 @@ def check_comparison(experiment: Experiment, preset_name: str, methods, seeds, s
             f"--fit-accuracy = {fit_accuracy}: the {experiment.name} comparison cannot train to fit (its validation "
             "has no full-sequence accuracy); expected no --fit-accuracy, or 0"
         )
-    methods = check_methods(methods or experiment.default_methods or list(ATTENTION_KINDS))
+    methods = check_methods(methods or experiment.default_methods or [*ATTENTION_KINDS, *TRA_ABLATIONS])
     seeds = list(preset.seeds if seeds is None else seeds)
     check_run_arguments(seeds, steps, lrs)
     if sweep_seeds is not None and not (lrs and len(lrs) > 1):

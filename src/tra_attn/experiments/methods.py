@@ -33,6 +33,8 @@ PALETTE = (
     "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
 )  # fmt: skip
 NAME = re.compile(r"[a-z][a-z0-9_]*")
+# The TRA ablations: kinds until ModelConfig version 8, options of tra since (layers/tra.py); rows beside the kinds.
+TRA_ABLATIONS = ("tra_keygate", "tra_nothreshold", "tra_nodistance")
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,9 @@ class Method:
 
     @property
     def is_variant(self) -> bool:
-        """Whether the method changes its kind (a named variant), rather than being the kind itself."""
-        return self.name != self.attention
+        """Whether the method changes its kind (a named variant), rather than being the kind itself (or one of
+        the TRA ablations, shown beside the kinds as when they were kinds of their own)."""
+        return self.name != self.attention and self.name not in TRA_ABLATIONS
 
     def fields(self) -> dict:
         """What the method changes, by the names pages show: the kind's options qualified by its prefix
