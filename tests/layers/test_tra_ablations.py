@@ -27,7 +27,7 @@ from tra_attn.layers import TRAAttention, TRAOptions, attention_kind
 from tra_attn.layers.norms import rms_normalize
 from tra_attn.layers.tra import THRESHOLD_OPTIONS
 from tra_attn.metrics.accuracy import eval_batch_size
-from tra_attn.models.config import FORMER_TRA_KINDS, VERSION, tra_ablation_as_options
+from tra_attn.models.config import LEGACY_TRA_KINDS, VERSION, migrate_tra_ablation
 from tra_attn.training import TrainConfig
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "v0_3_ablations"
@@ -154,7 +154,7 @@ def saved(kind: str) -> dict:
     return json.loads((FIXTURES / kind / "config.json").read_text())
 
 
-@pytest.mark.parametrize("kind", FORMER_TRA_KINDS)
+@pytest.mark.parametrize("kind", LEGACY_TRA_KINDS)
 def test_a_model_saved_with_a_former_kind_loads_as_tra_and_computes_what_it_did(kind):
     """The fixture is ModelConfig version 7 naming the kind: it loads as attention 'tra' with the ablation's option
     and its other options kept, the same parameter names, and the same outputs as the kind's layer computed."""
@@ -226,9 +226,9 @@ def test_older_forms_of_a_former_kind_convert_too():
         distance=False, **SAVED_OPTIONS["tra_nodistance"]
     )
     # The conversion itself: other attention kinds, and options that are not a dict, pass through.
-    assert tra_ablation_as_options({"attention": "rope", "attention_options": {"base": 5.0}})["attention"] == "rope"
-    assert tra_ablation_as_options({"attention": "tra_keygate"})["attention_options"] == {"gate": "key"}
-    odd = tra_ablation_as_options({"attention": "tra_keygate", "attention_options": [1]})
+    assert migrate_tra_ablation({"attention": "rope", "attention_options": {"base": 5.0}})["attention"] == "rope"
+    assert migrate_tra_ablation({"attention": "tra_keygate"})["attention_options"] == {"gate": "key"}
+    odd = migrate_tra_ablation({"attention": "tra_keygate", "attention_options": [1]})
     assert odd == {"attention": "tra", "attention_options": [1]}
     with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'tra_nodistance'; expected 'tra' with the option"):
         ModelConfig.from_dict({**saved("tra_nodistance"), "version": 8})  # a current config names current kinds

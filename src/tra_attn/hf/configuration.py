@@ -4,7 +4,7 @@ The fields are copied from the ``ModelConfig`` dataclass when this module is imp
 can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself. The attention
 kind's options are one field, ``attention_options`` (a dict in the JSON); a folder written by 0.2, whose
 config holds them as flat fields, is read into it (``LEGACY_OPTIONS``), and a folder whose ``attention`` names a
-former TRA ablation kind is read as TRA with that ablation's option (``tra_ablation_as_options``).
+former TRA ablation kind is read as TRA with that ablation's option (``migrate_tra_ablation``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 
 from transformers import PreTrainedConfig
 
-from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options, tra_ablation_as_options
+from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options, migrate_tra_ablation
 from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
 from .tokenization import special_token_ids
 
@@ -47,7 +47,7 @@ class TRAConfig(PreTrainedConfig):
         if legacy:
             given = {"attention": self.attention, "attention_options": self.attention_options, **legacy}
             self.attention_options = fold_legacy_options(given)["attention_options"]
-        current = tra_ablation_as_options({"attention": self.attention, "attention_options": self.attention_options})
+        current = migrate_tra_ablation({"attention": self.attention, "attention_options": self.attention_options})
         self.attention, self.attention_options = current["attention"], current["attention_options"]
         super().__post_init__(**kwargs)
 

@@ -35,29 +35,29 @@ LEGACY_OPTIONS = {
 
 # Up to version 7 the TRA ablations were kinds of their own; since version 8 they are options of "tra". Each former
 # kind: the options of "tra" it stands for, and the options it declared (those of "tra" at version 7 it honoured).
-_TRA_V7_OPTIONS = (
+_LEGACY_TRA_OPTIONS = (
     "threshold", "impl", "learned_temperature", "dense_heads", "local_window", "dense_window", "threshold_warmup",
     "keep_surrogate", "gate_bias_init", "threshold_shift", "keep_penalty", "keep_margin",
 )  # fmt: skip
-FORMER_TRA_KINDS = {
-    "tra_keygate": ({"gate": "key"}, tuple(o for o in _TRA_V7_OPTIONS if o not in ("impl", "keep_surrogate"))),
+LEGACY_TRA_KINDS = {
+    "tra_keygate": ({"gate": "key"}, tuple(o for o in _LEGACY_TRA_OPTIONS if o not in ("impl", "keep_surrogate"))),
     "tra_nothreshold": ({"threshold": -math.inf}, ("impl", "learned_temperature", "gate_bias_init")),
-    "tra_nodistance": ({"distance": False}, tuple(o for o in _TRA_V7_OPTIONS if o != "gate_bias_init")),
+    "tra_nodistance": ({"distance": False}, tuple(o for o in _LEGACY_TRA_OPTIONS if o != "gate_bias_init")),
 }
 
 
-def tra_ablation_as_options(data: dict) -> dict:
+def migrate_tra_ablation(data: dict) -> dict:
     """A version-7 (or older) config dict whose ``attention`` names a former TRA ablation kind, as the TRA kind with
-    the option values that ablation is now (``FORMER_TRA_KINDS``), its other options kept; any other dict as it is.
+    the option values that ablation is now (``LEGACY_TRA_KINDS``), its other options kept; any other dict as it is.
 
     ``tra_keygate`` -> ``attention = "tra"`` with ``gate = "key"``; ``tra_nothreshold`` -> ``threshold = -inf``;
     ``tra_nodistance`` -> ``distance = False``. The layer of each computes what the former kind's layer computed,
     with the same parameters (state-dict keys) and the same outputs. Options that are not a dict are left for
     ModelConfig to refuse by name.
     """
-    if data.get("attention") not in FORMER_TRA_KINDS:
+    if data.get("attention") not in LEGACY_TRA_KINDS:
         return data
-    ablation, _ = FORMER_TRA_KINDS[data["attention"]]
+    ablation, _ = LEGACY_TRA_KINDS[data["attention"]]
     options = data.get("attention_options")
     options = {} if options is None else options
     if isinstance(options, dict):
@@ -65,9 +65,9 @@ def tra_ablation_as_options(data: dict) -> dict:
     return {**data, "attention": "tra", "attention_options": options}
 
 
-def former_kind_error(attention: str) -> str:
+def legacy_kind_error(attention: str) -> str:
     """The refusal of ``attention``, a former TRA ablation kind, where a current config names it."""
-    options = ", ".join(f"{k} = {v!r}" for k, v in FORMER_TRA_KINDS[attention][0].items())
+    options = ", ".join(f"{k} = {v!r}" for k, v in LEGACY_TRA_KINDS[attention][0].items())
     return (
         f"ModelConfig.attention = {attention!r}; expected 'tra' with the option {options} (the TRA ablations are "
         f"options of 'tra' since ModelConfig version 8; a saved config naming the former kind is converted when it "
@@ -77,8 +77,8 @@ def former_kind_error(attention: str) -> str:
 
 def _declared_options(attention) -> list[str] | None:
     """The option names the kind ``attention`` declares (at version 7 for a former TRA ablation); None: unknown."""
-    if attention in FORMER_TRA_KINDS:
-        return list(FORMER_TRA_KINDS[attention][1])
+    if attention in LEGACY_TRA_KINDS:
+        return list(LEGACY_TRA_KINDS[attention][1])
     kind = ATTENTION_KINDS.get(attention)
     return None if kind is None else kind.options.names()
 
@@ -114,7 +114,7 @@ def migrate(data: dict) -> dict:
     Version 6 kept the options of every kind as flat fields (``tra_*``, ``rope_base``, ``cope_max_pos``,
     ``gate_bias_init``): they move into ``attention_options`` (``fold_legacy_options``).
     Version 7 had the TRA ablations as kinds (``tra_keygate``, ``tra_nothreshold``, ``tra_nodistance``): they become
-    TRA with the options they are now (``tra_ablation_as_options``).
+    TRA with the options they are now (``migrate_tra_ablation``).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -132,7 +132,7 @@ def migrate(data: dict) -> dict:
     if version <= 6:
         data = fold_legacy_options(data)
     if version <= 7:
-        data = tra_ablation_as_options(data)
+        data = migrate_tra_ablation(data)
     return data
 
 
@@ -234,8 +234,8 @@ class ModelConfig:
                 fail("tokenizer", "None or a tokenizer description with 'name' and 'vocab_size'")
             if self.tokenizer["vocab_size"] > self.vocab_size:
                 fail("tokenizer", f"a tokenizer of at most vocab_size = {self.vocab_size} ids")
-        if isinstance(self.attention, str) and self.attention in FORMER_TRA_KINDS:
-            raise ValueError(former_kind_error(self.attention))
+        if isinstance(self.attention, str) and self.attention in LEGACY_TRA_KINDS:
+            raise ValueError(legacy_kind_error(self.attention))
         self.attention_options = attention_kind(self.attention, "ModelConfig.attention").make_options(
             self.attention_options
         )
