@@ -46,8 +46,8 @@ def main() -> None:
             q, k = attn.normalize(attn.split_heads(attn.q_proj(x)), attn.split_heads(attn.k_proj(x)))
             scores = q @ k.transpose(-1, -2) / attn.head_dim**0.5
             causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-            kept = (scores > attn.threshold) & causal
-            kept[:, : attn.dense_heads] = causal  # dense heads keep every causal key
+            kept = (scores > attn.options.threshold) & causal
+            kept[:, : attn.options.dense_heads] = causal  # dense heads keep every causal key
             log_gate = attn.log_gate(x)
             top = scores.masked_fill(~kept, float("-inf")).amax(-1)
             previous = kept.diagonal(offset=-1, dim1=-2, dim2=-1)  # key i - 1 for query i

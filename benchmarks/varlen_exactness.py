@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM, threshold_relative_attention  # noqa: E402
 from tra_attn.layers.norms import rms_normalize  # noqa: E402
 from tra_attn.ops.tra.chunked import chunked_forward_stats  # noqa: E402
+from tra_attn.ops.tra.contract import Documents, KeepRule  # noqa: E402
 from tra_attn.ops.tra.dispatch import triton_interpreted  # noqa: E402
 from tra_attn.ops.tra.split_kv import split_kv_attention  # noqa: E402
 from tra_attn.ops.varlen import PADDING  # noqa: E402
@@ -46,7 +47,10 @@ from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
 MODEL_BAR = 1e-5  # tests/models/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
 FP64_BAR = 1e-12  # tests/ops/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
 TRITON_BAR = 3e-5  # tests/ops/test_tra_varlen.py, fp32 Triton: 3e-5 x max(1, max |reference|) (here unscaled)
-VARIANTS = {  # TRA with the keep rule's windows and dense heads (experiments/methods.py, README results)
+VARIANTS = {  # TRA's ablations, and TRA with the keep rule's windows and dense heads (experiments/methods.py, README)
+    "tra_gate=key": {"gate": "key"},
+    "tra_threshold=-inf": {"threshold": float("-inf")},
+    "tra_distance=false": {"distance": False},
     "tra_local_window=4": {"local_window": 4},
     "tra_dense_heads=2": {"dense_heads": 2},
     "tra_dense_heads=2, tra_dense_window=16": {"dense_heads": 2, "dense_window": 16},
@@ -358,10 +362,11 @@ def measure_op(lengths: list[int], triton: bool) -> list[Table]:
                 row = [largest([a.double() - e]) for a, e in zip(got, expected)]
                 fp32.rows.append(["triton, each document alone (baseline)", *label, *row])
             want = last_query_alone(inputs, layout.seg, rule)
-            windows = (rule.get("local_window", 0), rule.get("sliding_window", 0))
+            keep = KeepRule(local_window=rule.get("local_window", 0), sliding_window=rule.get("sliding_window", 0))
+            contract = {"scale": 16**-0.5, "keep": keep, "documents": Documents(layout.seg)}
             for name, stats, table, dtype in decoders:
                 last = [t[:, :, -1:] if i in (0, 3) else t for i, t in enumerate(inputs)]
-                got = split_kv_attention(*(t.to(dtype) for t in last), 16**-0.5, 0.0, 4, stats, *windows, layout.seg)
+                got = split_kv_attention(*(t.to(dtype) for t in last), **contract, n_splits=4, forward_stats=stats)
                 table.rows.append([name, *label, largest([got.double() - want]), *["-"] * 4])
     return [fp64, fp32] if triton else [fp64]
 

@@ -1,8 +1,10 @@
-"""Shared test helpers: random TRA inputs and a closeness check that reports the worst element; and the split of
-the suite into the fast subset and the integration tests."""
+"""Shared test helpers: random TRA inputs, a closeness check that reports the worst element, the attention settings
+every model test runs (each kind, and the TRA ablations, which are options of the tra kind); and the split of the
+suite into the fast subset and the integration tests."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -38,6 +40,27 @@ def pytest_collection_modifyitems(config, items):
         where = Path(str(item.fspath)).resolve().relative_to(TESTS.resolve())
         if where.parts[0] in INTEGRATION or where.as_posix() in INTEGRATION_FILES:
             item.add_marker(pytest.mark.integration)
+
+
+# The TRA ablations, options of the tra kind, under the names they had as kinds (up to ModelConfig version 7).
+TRA_ABLATIONS = {
+    "tra_keygate": {"gate": "key"},
+    "tra_nothreshold": {"threshold": -math.inf},
+    "tra_nodistance": {"distance": False},
+}
+
+
+def attention_settings(kinds) -> list[str]:
+    """The names of ``kinds`` (registered kinds), then those of the TRA ablations when ``kinds`` has tra."""
+    return [*kinds, *(TRA_ABLATIONS if "tra" in kinds else ())]
+
+
+def attention_fields(name: str, **options) -> dict:
+    """The ModelConfig fields of ``name``: a registered kind, or a TRA ablation (``TRA_ABLATIONS``), with
+    ``options`` added to its attention options."""
+    if name in TRA_ABLATIONS:
+        return {"attention": "tra", "attention_options": {**TRA_ABLATIONS[name], **options}}
+    return {"attention": name, "attention_options": options}
 
 
 def tra_inputs(b, h, sq, sk, d, dtype=torch.float64, gate_shift=-1.0, seed=0, requires_grad=True):

@@ -95,10 +95,23 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--dropout", "1"], r"ModelConfig\.dropout = 1\.0; expected a probability"),
     (["train", "--out", "{tmp}/r", "--d-model", "15"], r"ModelConfig\.d_model = 15; expected a multiple of n_heads"),
     (["train", "--out", "{tmp}/r", "--tra-impl", "fast"], r"TRAOptions\.impl = 'fast'; expected one of"),
+    (["train", "--out", "{tmp}/r", "--tra-gate", "both"], r"TRAOptions\.gate = 'both'; expected one of"),
+    (
+        ["train", "--out", "{tmp}/r", "--tra-gate", "key", "--tra-impl", "chunked"],
+        r"TRAOptions\.impl = 'chunked' with TRAOptions\.gate = 'key'; expected impl = 'auto'",
+    ),
+    (
+        ["train", "--out", "{tmp}/r", "--tra-threshold=-inf", "--tra-local-window", "2"],
+        r"TRAOptions\.local_window = 2 with TRAOptions\.threshold = -inf; expected local_window = 0",
+    ),
+    (
+        ["train", "--out", "{tmp}/r", "--attention", "tra_keygate"],
+        r"ModelConfig\.attention = 'tra_keygate'; expected 'tra' with the option gate = 'key'",
+    ),
     (["train", "--out", "{tmp}/r", "--tra-gate-bias-init", "nan"], r"--tra-gate-bias-init: 'nan'; expected a finite"),
     (
         ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
-        r"--tra-local-window is an option of tra, tra_keygate, tra_nodistance; the model's attention is 'rope' "
+        r"--tra-local-window is an option of tra; the model's attention is 'rope' "
         r"\(its options: --rope-base, --rope-random-positions, --rope-random-positions-at-eval\)",
     ),
     (

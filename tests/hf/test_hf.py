@@ -18,12 +18,13 @@ import torch.nn.functional as F
 pytest.importorskip("transformers")
 
 from tests.cli.test_cli import run  # noqa: E402
+from tests.conftest import attention_fields, attention_settings  # noqa: E402
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM  # noqa: E402
 from tra_attn.data.text.tokenizers import make_tokenizer  # noqa: E402
 from tra_attn.hf import TRAConfig, TRAForCausalLM, hf_tokenizer, to_hf, to_native  # noqa: E402
 from tra_attn.hf import convert as convert_module  # noqa: E402
 
-KINDS = sorted(ATTENTION_KINDS)
+KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations (options of tra)
 BYTE = make_tokenizer("byte").describe()
 
 
@@ -31,8 +32,8 @@ def pair(kind: str, seed: int = 0, **fields) -> tuple[TransformerLM, TRAForCausa
     """A library model and its Hugging Face wrapper holding the same weights."""
     torch.manual_seed(seed)
     fields = {"vocab_size": 40, **fields}
-    options = {"max_pos": 32} if kind == "cope" else {}
-    config = ModelConfig(d_model=32, n_layers=2, n_heads=4, attention=kind, attention_options=options, **fields)
+    attention = attention_fields(kind, **({"max_pos": 32} if kind == "cope" else {}))
+    config = ModelConfig(d_model=32, n_layers=2, n_heads=4, **attention, **fields)
     model = TransformerLM(config).eval()
     wrapper = TRAForCausalLM(TRAConfig.from_model_config(config)).eval()
     wrapper.model.load_state_dict(model.state_dict())

@@ -29,7 +29,6 @@ from tra_attn.layers import (
     TRAAttention,
     TRAOptions,
 )
-from tra_attn.layers.tra_ablations import TRAKeyGateOptions, TRANoDistanceOptions, TRANoThresholdOptions
 from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.training import TrainConfig, train
 
@@ -40,9 +39,6 @@ def test_every_kind_declares_its_options_and_only_those():
     declared = {name: kind.options for name, kind in ATTENTION_KINDS.items()}
     assert declared == {
         "tra": TRAOptions,
-        "tra_keygate": TRAKeyGateOptions,
-        "tra_nothreshold": TRANoThresholdOptions,
-        "tra_nodistance": TRANoDistanceOptions,
         "nope": NoOptions,
         "rope": RoPEOptions,
         "alibi": ALiBiOptions,
@@ -55,8 +51,7 @@ def test_every_kind_declares_its_options_and_only_those():
         "ssmax": SSMaxOptions,
         "asentmax": ASEntmaxOptions,
     }
-    assert TRANoThresholdOptions.names() == ["impl", "learned_temperature", "gate_bias_init"]
-    assert "gate_bias_init" not in TRANoDistanceOptions.names() and "impl" not in TRAKeyGateOptions.names()
+    assert TRAOptions.names()[-2:] == ["gate", "distance"]  # the ablations are options of TRA, not kinds
     assert all(issubclass(options, KindOptions) for options in declared.values())
     # ModelConfig names no option of any kind: only the kind and its options.
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
@@ -69,7 +64,7 @@ def test_the_config_holds_the_kinds_options_filled_with_defaults_and_round_trips
     assert config.attention_options == TRAOptions(local_window=4, keep_surrogate=1.0)
     assert isinstance(config.attention_options.keep_surrogate, float)  # an int for a float option: a float
     saved = config.to_dict()
-    assert saved["version"] == 7 and saved["attention_options"]["local_window"] == 4
+    assert saved["version"] == 8 and saved["attention_options"]["local_window"] == 4
     assert saved["attention_options"] == dataclasses.asdict(TRAOptions(local_window=4, keep_surrogate=1.0))
     assert ModelConfig.from_dict(json.loads(config.to_json())) == config
     assert ModelConfig(attention="rope").attention_options == RoPEOptions(base=10000.0)
@@ -78,13 +73,16 @@ def test_the_config_holds_the_kinds_options_filled_with_defaults_and_round_trips
     assert other.attention_options == FoXOptions(gate_bias_init=2.0)
 
 
-@pytest.mark.parametrize("kind", list(ATTENTION_KINDS))
-def test_a_layer_built_from_plain_arguments_is_the_layer_of_the_model(kind):
+TRA_ABLATIONS = [("tra", {"gate": "key"}), ("tra", {"distance": False}), ("tra", {"threshold": float("-inf")})]
+
+
+@pytest.mark.parametrize("kind,ablation", [(kind, {}) for kind in ATTENTION_KINDS] + TRA_ABLATIONS)
+def test_a_layer_built_from_plain_arguments_is_the_layer_of_the_model(kind, ablation):
     """A user drops a layer into a model of their own: built from sizes and options, it computes what the
     library model's layer computes with the same weights."""
     options = {"cope": {"max_pos": 9}, "rope": {"base": 100.0}, "fox": {"gate_bias_init": 1.0}}.get(kind, {})
-    if kind in ("tra", "tra_keygate", "tra_nodistance"):
-        options = {"local_window": 2, "dense_heads": 1}
+    if kind == "tra":
+        options = ablation if "threshold" in ablation else {**ablation, "local_window": 2, "dense_heads": 1}
     config = ModelConfig(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind, attention_options=options)
     model = TransformerLM(config).double()
     layer = ATTENTION_KINDS[kind].cls(d_model=32, n_heads=4, **options).double()

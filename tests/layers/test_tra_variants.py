@@ -22,13 +22,18 @@ from tra_attn.experiments.runs import check_methods
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
 from tra_attn.models.config import LEGACY_OPTIONS
+from tra_attn.ops.tra import KeepRule
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
 from tra_attn.utils.rows import read_rows
 
+NO_THRESHOLD = {"threshold": -math.inf}  # the ablation that keeps every causal key (formerly tra_nothreshold)
+# The ablations of the TRA layer that keep its threshold: their options (the former kinds tra_keygate, tra_nodistance).
+ABLATIONS = {"tra": {}, "keygate": {"gate": "key"}, "nodistance": {"distance": False}}
 
-def tiny(attention="tra", warmup=0, **overrides) -> TrainConfig:
-    options = {"threshold_warmup": warmup} if warmup else {}
+
+def tiny(attention="tra", warmup=0, options=None, **overrides) -> TrainConfig:
+    options = {**(options or {}), **({"threshold_warmup": warmup} if warmup else {})}
     model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=attention, attention_options=options)
     base = dict(
         task="flipflop",
@@ -87,7 +92,7 @@ def test_the_first_stage_keeps_every_key_and_training_after_warmup_is_exact(tmp_
     """One step at threshold -sqrt(D) is one step of TRA without a threshold (every causal key kept);
     without the warm-up the same step differs; the checkpoint is a threshold-0 model."""
     train(tiny(warmup=4), tmp_path / "warm", progress=False)
-    train(tiny("tra_nothreshold"), tmp_path / "all_keys", progress=False)
+    train(tiny(options=NO_THRESHOLD), tmp_path / "all_keys", progress=False)
     train(tiny(), tmp_path / "exact", progress=False)
     warm, all_keys, exact = (weights(tmp_path / name) for name in ("warm", "all_keys", "exact"))
     for name in warm:
@@ -95,14 +100,16 @@ def test_the_first_stage_keeps_every_key_and_training_after_warmup_is_exact(tmp_
     assert any(not torch.allclose(warm[name], exact[name]) for name in warm)
     model = TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / "warm"))
     assert model.config.attention_options.threshold_warmup == 4
-    assert all(layer.threshold == 0.0 and layer.current_threshold() == 0.0 for layer in tra_layers(model))
+    assert all(layer.options.threshold == 0.0 and layer.current_threshold() == 0.0 for layer in tra_layers(model))
 
 
 def test_warmup_needs_a_kind_with_a_threshold_and_old_configs_load_without_one():
     with pytest.raises(ValueError, match=r"\['threshold_warmup'\] are not options of attention = 'nope'"):
         tiny("nope", warmup=5)
-    with pytest.raises(ValueError, match=r"\['threshold_warmup'\] are not options of attention = 'tra_nothreshold'"):
-        tiny("tra_nothreshold", warmup=5)
+    with pytest.raises(
+        ValueError, match=r"TRAOptions\.threshold_warmup = 5 with TRAOptions\.threshold = -inf; expected threshold_warm"
+    ):
+        tiny(options=NO_THRESHOLD, warmup=5)
     with pytest.raises(ValueError, match=r"TRAOptions.threshold_warmup = -1; expected a non-negative integer"):
         tiny(warmup=-1)
     data = {**as_version_5(tiny().to_dict()), "version": 2}
@@ -110,7 +117,7 @@ def test_warmup_needs_a_kind_with_a_threshold_and_old_configs_load_without_one()
 
 
 def flat_model(model: dict) -> dict:
-    """A version-7 model config dict as 0.2 (version 6) wrote it: TRA's options as flat tra_* fields, no version
+    """A current model config dict as 0.2 (version 6) wrote it: TRA's options as flat tra_* fields, no version
     (a TrainConfig nested its model without one)."""
     model = {k: v for k, v in model.items() if k != "version"}
     options = model.pop("attention_options")
@@ -143,7 +150,7 @@ def test_version_4_configs_move_the_warmup_into_the_model():
     del model_v4["tra_threshold_warmup"]
     loaded = ModelConfig.from_dict(model_v4)
     assert loaded.attention_options.threshold_warmup == 0  # a model config of its own: no warm-up
-    current = {k: v for k, v in loaded.to_dict().items() if k != "attention_options"}  # version 7
+    current = {k: v for k, v in loaded.to_dict().items() if k != "attention_options"}  # version 8
     with pytest.raises(ValueError, match=r"missing fields \['attention_options'\]"):
         ModelConfig.from_dict(current)
     with pytest.raises(ValueError, match=r"unknown fields \['tra_threshold_warmup'\]"):
@@ -171,25 +178,26 @@ def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
     assert all(torch.equal(resumed[name], straight[name]) for name in straight)
 
 
-def layer_pair(kind: str, dense: int):
-    """A TRA layer with ``dense`` dense heads, and a copy of its weights as a threshold-free layer."""
-    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind)
-    model = TransformerLM(ModelConfig(**config, attention_options={"dense_heads": dense})).double()
-    free = TransformerLM(ModelConfig(**config)).double()
+def layer_pair(ablation: str, dense: int):
+    """A TRA layer (with the options of ``ablation``) with ``dense`` dense heads, and a copy of its weights without a
+    threshold."""
+    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4)
+    options = ABLATIONS[ablation]
+    model = TransformerLM(ModelConfig(**config, attention_options={**options, "dense_heads": dense})).double()
+    free = TransformerLM(ModelConfig(**config, attention_options={**options, **NO_THRESHOLD})).double()
     free.load_state_dict(model.state_dict())
-    free.blocks[0].attn.threshold = float("-inf")
     return model, free
 
 
-@pytest.mark.parametrize("kind", ["tra", "tra_keygate", "tra_nodistance"])
-def test_dense_heads_keep_every_key_and_the_others_are_exact_tra(kind):
+@pytest.mark.parametrize("ablation", ABLATIONS)
+def test_dense_heads_keep_every_key_and_the_others_are_exact_tra(ablation):
     torch.manual_seed(0)
-    model, free = layer_pair(kind, 2)
+    model, free = layer_pair(ablation, 2)
     x = torch.randn(2, 19, 32, dtype=torch.float64)
     layer, free_layer = model.blocks[0].attn, free.blocks[0].attn
     q, k, v = (layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
     mixed = layer.attend(x, q, k, v, None)
-    layer.dense_heads = 0
+    layer.options = dataclasses.replace(layer.options, dense_heads=0)  # the layer reads its options every forward
     thresholded = layer.attend(x, q, k, v, None)
     everything = free_layer.attend(x, q, k, v, None)
     torch.testing.assert_close(mixed[:, :2], everything[:, :2], atol=0, rtol=0)
@@ -202,7 +210,7 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
     model, free = layer_pair("tra", 4)
     ids = torch.randint(0, 13, (2, 23))
     config = {k: v for k, v in free.config.to_dict().items() if k not in ("version", "attention_options")}
-    nothreshold = TransformerLM(ModelConfig(**{**config, "attention": "tra_nothreshold"})).double()
+    nothreshold = TransformerLM(ModelConfig(**config, attention_options=NO_THRESHOLD)).double()
     nothreshold.load_state_dict(model.state_dict())
     torch.testing.assert_close(model(ids), nothreshold(ids), atol=0, rtol=0)
     model, _ = layer_pair("tra", 1)
@@ -211,22 +219,24 @@ def test_all_heads_dense_is_tra_without_a_threshold_and_caches_agree():
     torch.testing.assert_close(parts, model(ids), atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("kind", ["tra", "tra_keygate", "tra_nodistance"])
-def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_window_to_dense_heads(kind):
+@pytest.mark.parametrize("ablation", ABLATIONS)
+def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_window_to_dense_heads(ablation):
     torch.manual_seed(0)
-    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4, attention=kind)
-    windows = {"dense_heads": 2, "local_window": 3, "dense_window": 4}
+    config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4)
+    windows = {**ABLATIONS[ablation], "dense_heads": 2, "local_window": 3, "dense_window": 4}
     model = TransformerLM(ModelConfig(**config, attention_options=windows)).double()
-    plain = TransformerLM(ModelConfig(**config, attention_options={"dense_heads": 2})).double()
+    plain_options = {**ABLATIONS[ablation], "dense_heads": 2}
+    plain = TransformerLM(ModelConfig(**config, attention_options=plain_options)).double()
     plain.load_state_dict(model.state_dict())
     layer, plain_layer = model.blocks[0].attn, plain.blocks[0].attn
     x = torch.randn(2, 19, 32, dtype=torch.float64)
     q, k, v = (layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
     windowed = layer.attend(x, q, k, v, None)
     qn, kn = layer.normalize(q, k)
-    gate = layer.log_gate(x)  # at the query positions; for tra_keygate, the same values at the keys
-    dense = layer.op(qn[:, :2], kn[:, :2], v[:, :2], gate[:, :2], float("-inf"), sliding_window=4)
-    sparse = layer.op(qn[:, 2:], kn[:, 2:], v[:, 2:], gate[:, 2:], 0.0, local_window=3)
+    gate = layer.log_gate(x)  # at the query positions; for the key gate, the same values at the keys
+    assert layer.keep_rules() == (KeepRule(-math.inf, sliding_window=4), KeepRule(0.0, local_window=3))
+    dense = layer.op(qn[:, :2], kn[:, :2], v[:, :2], gate[:, :2], KeepRule(-math.inf, sliding_window=4))
+    sparse = layer.op(qn[:, 2:], kn[:, 2:], v[:, 2:], gate[:, 2:], KeepRule(0.0, local_window=3))
     torch.testing.assert_close(windowed, torch.cat([dense, sparse], dim=1), atol=0, rtol=0)
     unwindowed = plain_layer.attend(x, q, k, v, None)
     assert not torch.allclose(windowed[:, :2], unwindowed[:, :2])  # the window binds at length 19

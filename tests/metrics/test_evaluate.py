@@ -14,6 +14,7 @@ from tra_attn import ModelConfig
 from tra_attn.data import split_sequences
 from tra_attn.data.synthetic import majority
 from tra_attn.data.synthetic.flipflop import ONE, READ, VOCAB_SIZE, WRITE, ZERO, FlipFlop, split_params
+from tra_attn.layers import TRAOptions
 from tra_attn.metrics import eval_batch_size, sequence_metrics
 from tra_attn.training import train
 from tra_attn.training.evaluation import evaluate_checkpoint
@@ -24,7 +25,7 @@ class FlipFlopSolver(nn.Module):
 
     def __init__(self, mistakes=()):
         super().__init__()
-        self.config = SimpleNamespace(n_heads=1, attention="tra")
+        self.config = SimpleNamespace(n_heads=1, attention="tra", attention_options=TRAOptions())
         self.mistakes = set(mistakes)
         self.offset = 0  # row offset of the current batch
 

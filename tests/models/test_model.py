@@ -1,4 +1,5 @@
-"""Every attention kind in the shared model: it trains, it saves and reloads bit-exactly, and caches agree."""
+"""Every attention kind in the shared model (and the TRA ablations, options of tra): it trains, it saves and reloads
+bit-exactly, and caches agree."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.conftest import attention_fields, attention_settings
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 
-KINDS = sorted(ATTENTION_KINDS)
-# Every kind as it is, and the TRA kinds with a threshold also with the keep rule's windows (a local window
-# shorter than the cached prefix, and a windowed dense head): the cache holds every key, the windows pick.
+KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations by their former names
+# Every kind as it is, and TRA with a threshold also with the keep rule's windows (a local window shorter than the
+# cached prefix, and a windowed dense head): the cache holds every key, the windows pick.
 WINDOWS = {"attention_options": {"local_window": 3, "dense_heads": 1, "dense_window": 5}}
 CACHE_CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
 
@@ -22,8 +24,10 @@ def cache_case_id(case):
 
 
 def tiny_config(kind, **overrides):
-    base = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind)
-    return ModelConfig(**{**base, **overrides})
+    """A small config of ``kind`` (a kind, or a TRA ablation's name), its attention options merged with any given."""
+    base = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4)
+    attention = attention_fields(kind, **overrides.pop("attention_options", {}))
+    return ModelConfig(**{**base, **attention, **overrides})
 
 
 def counting_batch(gen, batch=16, length=24, vocab=13):
@@ -61,7 +65,7 @@ def test_save_and_load_round_trip_is_bit_exact(kind, tmp_path):
         for p in model.parameters():
             p.add_(0.01 * torch.randn_like(p))
     model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["attention"] == kind
+    assert json.loads((tmp_path / "config.json").read_text())["attention"] == model.config.attention
     loaded = TransformerLM.from_pretrained(tmp_path).eval()
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.conftest import attention_fields, attention_settings
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM, threshold_relative_attention
 from tra_attn.layers.norms import rms_normalize
 from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes
@@ -16,9 +17,10 @@ from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.cope import cope_attention
 from tra_attn.ops.fox import forgetting_attention
 from tra_attn.ops.masks import causal_mask
+from tra_attn.ops.tra import KeepRule, TrainingAids
 from tra_attn.ops.tra.naive import dropout_factors, keep_mask, tra_naive
 
-KINDS = sorted(ATTENTION_KINDS)
+KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations (options of tra)
 P = 0.3  # large enough that every test row sees dropped logits
 
 
@@ -50,20 +52,23 @@ def test_tra_logit_dropout_equals_the_notebook_forward():
     position, ops/tra/dropout.py): a dropped logit becomes 0 and stays in the softmax, a kept one is scaled."""
     q, k, v, log_gate = inputs()
     q[0, 0, 0] = -k[0, 0, 0]  # the first query keeps no key: a zero row
-    ours = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, logit_dropout=P, dropout_seed=5)
+    contract = {"scale": q.shape[-1] ** -0.5, "keep": KeepRule(0.0)}
+    ours = tra_naive(q, k, v, log_gate, **contract, aids=TrainingAids(logit_dropout=P, dropout_seed=5))
     factors = dropout_factors(P, 5, torch.empty(2, 3, 11, 11, dtype=torch.float64))
     theirs = notebook_tra(q, k, v, log_gate, lambda logits: logits * factors)
     torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=1e-12)
     assert ours[0, 0, 0].abs().max() == 0
     assert set(factors.unique().tolist()) == {0.0, 1 / (1 - P)}
-    assert not torch.allclose(ours, tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=6))
+    other = tra_naive(q, k, v, log_gate, **contract, aids=TrainingAids(logit_dropout=P, dropout_seed=6))
+    assert not torch.allclose(ours, other)
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
 def test_every_impl_drops_the_same_logits(impl):
     q, k, v, log_gate = inputs()
     ours = threshold_relative_attention(q, k, v, log_gate, impl=impl, logit_dropout=P, dropout_seed=5)
-    reference = tra_naive(q, k, v, log_gate, q.shape[-1] ** -0.5, 0.0, P, dropout_seed=5)
+    aids = TrainingAids(logit_dropout=P, dropout_seed=5)
+    reference = tra_naive(q, k, v, log_gate, scale=q.shape[-1] ** -0.5, keep=KeepRule(0.0), aids=aids)
     torch.testing.assert_close(ours, reference, atol=1e-14, rtol=0)
     assert not torch.allclose(ours, threshold_relative_attention(q, k, v, log_gate, impl=impl))
     torch.manual_seed(5)  # no seed: one drawn from torch's generator, the same after the same manual_seed
@@ -91,12 +96,13 @@ def test_logit_dropout_under_bf16_autocast_keeps_the_fp32_keep_decisions(caller)
     threshold 0.3 here). Through the op (and in the key-gate op) autocast is off: same output, same keys."""
     q, k, v, log_gate = autocast_inputs()
     threshold = 0.3
-    config = ModelConfig(d_model=256, n_heads=2, attention=caller if caller != "op" else "tra", attention_dropout=P)
+    attention = attention_fields(caller if caller != "op" else "tra")
+    config = ModelConfig(d_model=256, n_heads=2, **attention, attention_dropout=P)
     layer = TransformerLM(config).blocks[0].attn  # in training mode: its logits are dropped
     run = {
         "op": lambda: threshold_relative_attention(q, k, v, log_gate, threshold=threshold, logit_dropout=P),
-        "tra": lambda: layer.op(q, k, v, log_gate, threshold),
-        "tra_keygate": lambda: layer.op(q, k, v, log_gate, threshold),
+        "tra": lambda: layer.op(q, k, v, log_gate, KeepRule(threshold)),
+        "tra_keygate": lambda: layer.op(q, k, v, log_gate, KeepRule(threshold)),
     }[caller]
     torch.manual_seed(3)
     plain = run()
@@ -148,7 +154,7 @@ def test_cope_logit_dropout_drops_the_same_logits_as_its_exact_path_uses():
 @pytest.mark.parametrize("kind", KINDS)
 def test_attention_dropout_acts_in_training_only(kind):
     torch.manual_seed(0)
-    config = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind)
+    config = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=4, **attention_fields(kind))
     model = TransformerLM(ModelConfig(**config, attention_dropout=P)).double()
     plain = TransformerLM(ModelConfig(**config)).double()
     plain.load_state_dict(model.state_dict())

@@ -8,14 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import attention_fields, attention_settings
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
 from tra_attn.layers import Attention, unregister_attention
 from tra_attn.ops.causal import causal_sdpa
 from tra_attn.ops.masks import document_mask, document_positions
 
-# Every kind, and the TRA kinds with a threshold also with the keep rule's windows and a dense head.
+# Every kind (and the TRA ablations, options of tra), and TRA with a threshold also with the keep rule's windows and
+# a dense head.
 WINDOWS = {"attention_options": {"local_window": 2, "dense_heads": 1, "dense_window": 3}}
-KINDS = sorted(ATTENTION_KINDS)  # the built-in kinds (read before any test registers one)
+KINDS = attention_settings(sorted(ATTENTION_KINDS))  # the built-in kinds (read before any test registers one)
 CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
 LENGTHS = (5, 3, 7)  # three documents
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -26,8 +28,10 @@ def case_id(case):
 
 
 def tiny(kind, **options) -> TransformerLM:
+    """A small model of ``kind`` (a kind, or a TRA ablation's name) with these ModelConfig fields."""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind, **options)
+    attention = attention_fields(kind, **options.pop("attention_options", {}))
+    config = ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, **attention, **options)
     return TransformerLM(config).eval()
 
 
@@ -210,7 +214,7 @@ def test_generate_asks_for_left_padding():
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_packed_forward_has_no_graph_breaks(kind):
     """Under torch.compile the checks that read the data are skipped, so packing costs no graph break."""
-    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind))
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, **attention_fields(kind)))
     ids = torch.randint(0, 13, (2, 17))
     seg = torch.tensor([[0] * 9 + [1] * 8, [-1] * 3 + [2] * 14])
     torch._dynamo.reset()

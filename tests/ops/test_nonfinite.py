@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import assert_close, tra_inputs
 from tra_attn import threshold_relative_attention
-from tra_attn.ops.tra import dispatch
+from tra_attn.ops.tra import KeepRule, dispatch
 from tra_attn.ops.tra.naive import tra_naive
 
 NAN, INF = float("nan"), float("inf")
@@ -75,7 +75,7 @@ def check(impl, shape, spec, seed=0, dtype=torch.float32, threshold=0.0, prune_t
     assert out[rows].isnan().all(), "a NaN row must be NaN in every entry"
     assert torch.equal(out[~rows], ref[~rows]), "other rows must equal the sanitised call"
     if prune_tau is None:  # across implementations: the fp64 reference on the sanitised inputs
-        exact = tra_naive(*[t.detach().cpu().double() for t in sanitised], d**-0.5, threshold)
+        exact = tra_naive(*[t.detach().cpu().double() for t in sanitised], scale=d**-0.5, keep=KeepRule(threshold))
         tol = {torch.float64: 1e-10, torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
         assert_close(out[~rows].cpu(), exact[~rows.cpu()], atol=tol, name=f"{impl} vs naive fp64")
     if not grads:
@@ -188,7 +188,8 @@ def test_split_kv_decode(monkeypatch):
     assert rows.flatten().tolist() == [False, True, True, True]
     assert out[rows].isnan().all()
     assert torch.equal(out[~rows], ref[~rows])
-    assert_close(out[0, 0].cpu(), tra_naive(*[t[:1, :1].double().cpu() for t in clean], 0.25, 0.0)[0, 0], atol=3e-5)
+    exact = tra_naive(*[t[:1, :1].double().cpu() for t in clean], scale=0.25, keep=KeepRule(0.0))
+    assert_close(out[0, 0].cpu(), exact[0, 0], atol=3e-5)
 
 
 @pytest.mark.parametrize("value", [NAN, -INF])

@@ -151,12 +151,15 @@ def test_auto_serves_early_exit_with_dropout_on_the_reference_which_does_not_pru
     assert torch.equal(threshold_relative_attention(q, k, v, g, **options), expected)
 
 
-def test_validate_inputs_takes_the_options_by_keyword_only():
+def test_validate_inputs_takes_the_options_by_keyword_only_and_returns_the_calls_contract():
+    from tra_attn.ops.tra import Documents, KeepRule, TrainingAids
     from tra_attn.ops.tra.dispatch import validate_inputs
 
     with pytest.raises(TypeError, match="positional"):
         validate_inputs(*inputs(), None, 0.0, "auto")
-    assert validate_inputs(*inputs(), local_window=2, sliding_window=3) is None
+    call = validate_inputs(*inputs(), local_window=2, sliding_window=3)
+    assert call.keep == KeepRule(0.0, local_window=2, sliding_window=3) and call.documents == Documents()
+    assert call.aids == TrainingAids() and call.scale == 1 / math.sqrt(8) and call.prune_tau is None
 
 
 def test_validate_false_skips_only_the_value_check():

@@ -11,10 +11,11 @@ import torch
 from tests.conftest import assert_close, naive_with_key_start, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.masks import masked_softmax
-from tra_attn.ops.tra import tra_naive
+from tra_attn.ops.tra import KeepRule, tra_naive
 from tra_attn.ops.tra.chunked import chunked_forward_stats, tra_chunked
 from tra_attn.ops.tra.naive import keep_and_count
 
+EXACT = KeepRule(0.0)
 GATES = {"strong": -4.0, "mid": 0.0, "weak": 4.0}
 
 
@@ -29,11 +30,11 @@ def exact_weights(q, k, g, scale):
 def test_skipped_mass_and_output_change_stay_under_the_bound(gate, tau):
     q, k, v, g = tra_inputs(2, 2, 300, 300, 32, gate_shift=GATES[gate], requires_grad=False)
     scale = 32**-0.5
-    out, _, _, key_start = chunked_forward_stats(q, k, v, g, scale, 0.0, 32, prune_tau=tau)
+    out, _, _, key_start = chunked_forward_stats(q, k, v, g, scale=scale, keep=EXACT, block_size=32, prune_tau=tau)
     weights = exact_weights(q, k, g, scale)
     skipped = (weights * (torch.arange(300) < key_start[..., None])).sum(-1)
     assert skipped.max() <= math.exp(-tau)
-    exact = tra_naive(q, k, v, g, scale, 0.0)
+    exact = tra_naive(q, k, v, g, scale=scale, keep=EXACT)
     assert (out - exact).abs().max() <= 2 * math.exp(-tau) * v.abs().max()
     if gate == "strong":
         assert (key_start > 0).float().mean() > 0.5  # most rows stop early
@@ -46,8 +47,9 @@ def test_pruned_forward_and_backward_are_tra_over_the_visited_keys(gate):
     q, k, v, g = tra_inputs(1, 3, 150, 170, 16, gate_shift=GATES[gate])
     scale, tau = 0.25, 4.0
     grad_out = torch.randn(1, 3, 150, 16, dtype=torch.float64)
-    key_start = chunked_forward_stats(q, k, v, g, scale, 0.0, 16, prune_tau=tau)[3]
-    actual = output_and_grads(lambda *x: tra_chunked(*x, scale, 0.0, 16, prune_tau=tau), [q, k, v, g], grad_out)
+    contract = {"scale": scale, "keep": EXACT, "block_size": 16, "prune_tau": tau}
+    key_start = chunked_forward_stats(q, k, v, g, **contract)[3]
+    actual = output_and_grads(lambda *x: tra_chunked(*x, **contract), [q, k, v, g], grad_out)
     expected = output_and_grads(lambda *x: naive_with_key_start(*x, scale, 0.0, key_start), [q, k, v, g], grad_out)
     for name, a, e in zip(("out", "dq", "dk", "dv", "dgate"), actual, expected):
         assert_close(a, e, atol=1e-11, rtol=1e-11, name=name)
@@ -56,7 +58,7 @@ def test_pruned_forward_and_backward_are_tra_over_the_visited_keys(gate):
 def test_rows_without_forgetting_never_stop():
     q, k, v, _ = tra_inputs(1, 2, 200, 200, 16, requires_grad=False)
     zero_gate = torch.zeros(1, 2, 200, dtype=torch.float64)
-    key_start = chunked_forward_stats(q, k, v, zero_gate, 0.25, 0.0, 16, prune_tau=2.0)[3]
+    key_start = chunked_forward_stats(q, k, v, zero_gate, scale=0.25, keep=EXACT, block_size=16, prune_tau=2.0)[3]
     assert (key_start == 0).all()
 
 

@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import assert_close, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
-from tra_attn.ops.tra import tra_chunked, tra_naive
+from tra_attn.ops.tra import KeepRule, tra_chunked, tra_naive
 from tra_attn.ops.tra.chunked import bounded_shift
 from tra_attn.ops.tra.naive import keep_mask
 
@@ -30,11 +30,11 @@ SHAPES = [
 
 
 def _naive(scale, threshold):
-    return lambda q, k, v, g: tra_naive(q, k, v, g, scale, threshold)
+    return lambda q, k, v, g: tra_naive(q, k, v, g, scale=scale, keep=KeepRule(threshold))
 
 
 def _chunked(scale, threshold, block):
-    return lambda q, k, v, g: tra_chunked(q, k, v, g, scale, threshold, block)
+    return lambda q, k, v, g: tra_chunked(q, k, v, g, scale=scale, keep=KeepRule(threshold), block_size=block)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Sq{}-Sk{}-D{}-bn{}".format(*s))
@@ -86,10 +86,11 @@ def test_the_fixed_shift_and_the_running_maximum_both_give_tra(local_window):
         flat = [t.reshape(2, *t.shape[2:]) for t in inputs]
         assert (bounded_shift(flat[0], flat[1], flat[3], 0.25, 0.1, local_window) is not None) == fixed
         inputs = [t.clone().requires_grad_() for t in inputs]
+        contract = {"scale": 0.25, "keep": KeepRule(0.1, local_window=local_window)}
         expected = output_and_grads(
-            lambda *x: tra_naive(*x, 0.25, 0.1, 0.0, local_window), [t.double() for t in inputs], grad_out.double()
+            lambda *x, c=contract: tra_naive(*x, **c), [t.double() for t in inputs], grad_out.double()
         )
-        actual = output_and_grads(lambda *x: tra_chunked(*x, 0.25, 0.1, 16, None, local_window), inputs, grad_out)
+        actual = output_and_grads(lambda *x, c=contract: tra_chunked(*x, **c, block_size=16), inputs, grad_out)
         for name, a, e in zip(NAMES, actual, expected):
             assert_close(a, e, atol=2e-5 * max(1.0, e.abs().max().item()), name=f"{name}, fixed shift {fixed}")
 
@@ -102,7 +103,7 @@ def test_chunked_gradcheck(sq, sk, block):
     assert scores.abs().min() > 1e-4
 
     def fn(q, k, v, g):
-        return tra_chunked(q, k, v, g, 0.5, 0.0, block)
+        return tra_chunked(q, k, v, g, scale=0.5, keep=KeepRule(0.0), block_size=block)
 
     assert torch.autograd.gradcheck(fn, (q, k, v, g), eps=1e-6, atol=1e-7)
 
@@ -160,14 +161,14 @@ def test_public_op_dispatch_and_noncontiguous_inputs(impl):
     q, k, v = (torch.randn(b, s, h, d, generator=gen).transpose(1, 2) for _ in range(3))  # strided
     g = -torch.rand(b, h, s, generator=gen)
     out = threshold_relative_attention(q, k, v, g, impl=impl)
-    ref = tra_naive(q.contiguous(), k.contiguous(), v.contiguous(), g, d**-0.5, 0.0)
+    ref = tra_naive(q.contiguous(), k.contiguous(), v.contiguous(), g, scale=d**-0.5, keep=KeepRule(0.0))
     assert_close(out, ref, atol=1e-5, name=impl)
 
 
 def test_default_scale_and_threshold():
     q, k, v, g = tra_inputs(1, 1, 20, 20, 16, requires_grad=False)
     out = threshold_relative_attention(q, k, v, g)
-    assert_close(out, tra_naive(q, k, v, g, 0.25, 0.0), atol=1e-12)
+    assert_close(out, tra_naive(q, k, v, g, scale=0.25, keep=KeepRule(0.0)), atol=1e-12)
 
 
 def test_chunked_default_block_handles_long_decode_context():
@@ -175,7 +176,7 @@ def test_chunked_default_block_handles_long_decode_context():
     for sq in (1, 3, 80):
         q, k, v, g = tra_inputs(1, 2, sq, 700, 16, requires_grad=False, seed=sq)
         out = threshold_relative_attention(q, k, v, g, impl="chunked")
-        assert_close(out, tra_naive(q, k, v, g, 0.25, 0.0), atol=1e-12, name=f"Sq={sq}")
+        assert_close(out, tra_naive(q, k, v, g, scale=0.25, keep=KeepRule(0.0)), atol=1e-12, name=f"Sq={sq}")
 
 
 def test_query_rows_match_prefill_rows():

@@ -12,7 +12,7 @@ from tests.conftest import assert_close, tra_inputs
 from tra_attn import ModelConfig, TransformerLM, threshold_relative_attention
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.ops.masks import causal_mask
-from tra_attn.ops.tra import dispatch, tra_chunked
+from tra_attn.ops.tra import Documents, KeepRule, TrainingAids, dispatch, tra_chunked
 from tra_attn.ops.tra.naive import keep_mask
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
@@ -184,9 +184,14 @@ def test_the_option_its_checks_and_old_versions():
     for bad in (-1.0, float("inf"), float("nan"), "0.5", True):
         with pytest.raises(ValueError, match=r"TRAOptions\.keep_surrogate = .*; expected a finite number >= 0"):
             ModelConfig(attention_options={"keep_surrogate": bad})
-    for kind in ("nope", "tra_nothreshold", "tra_keygate"):
-        with pytest.raises(ValueError, match=rf"\['keep_surrogate'\] are not options of attention = '{kind}'"):
-            ModelConfig(**CONFIG, attention=kind, attention_options={"keep_surrogate": 0.5})
+    with pytest.raises(ValueError, match=r"\['keep_surrogate'\] are not options of attention = 'nope'"):
+        ModelConfig(**CONFIG, attention="nope", attention_options={"keep_surrogate": 0.5})
+    # The ablations without a keep decision to relax, or whose op has no surrogate, refuse it by both names.
+    for other, value in (("threshold", "-inf"), ("gate", "'key'")):
+        options = {"keep_surrogate": 0.5, other: float(value) if other == "threshold" else "key"}
+        pattern = rf"TRAOptions\.keep_surrogate = 0\.5 with TRAOptions\.{other} = {value}; expected keep_surrogate = 0"
+        with pytest.raises(ValueError, match=pattern):
+            ModelConfig(**CONFIG, attention="tra", attention_options=options)
 
 
 def test_a_tiny_model_trains_with_the_surrogate_and_saves_it(tmp_path):
@@ -263,10 +268,10 @@ def test_chunked_surrogate_equals_the_materialised_one(case, dropout, monkeypatc
     expected = grads(op(inputs, 0.7, **options, **training), inputs, weights)
     monkeypatch.setattr(dispatch, "tra_surrogate", None)  # the chunked path must not materialise anything
     monkeypatch.setattr(dispatch, "tra_naive", None)
-    scale = 8**-0.5
+    keep = KeepRule(THRESHOLD, options["local_window"], options["sliding_window"])
+    contract = {"scale": 8**-0.5, "keep": keep, "documents": Documents(options["segment_ids"]), "block_size": block}
     exact, relaxed = (
-        tra_chunked(*inputs, scale, THRESHOLD, block, None, **options, keep_surrogate=tau, **training)
-        for tau in (0.0, 0.7)
+        tra_chunked(*inputs, **contract, aids=TrainingAids(keep_surrogate=tau, **training)) for tau in (0.0, 0.7)
     )
     assert torch.equal(relaxed, exact)  # the forward is the exact op's, bit for bit
     actual = grads(relaxed, inputs, weights)

@@ -18,7 +18,7 @@ import torch
 from tests.conftest import assert_close, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.masks import masked_softmax
-from tra_attn.ops.tra import chunked, tra_chunked, tra_naive
+from tra_attn.ops.tra import Documents, KeepRule, chunked, tra_chunked, tra_naive
 from tra_attn.ops.tra.chunked import chunked_forward_stats
 from tra_attn.ops.tra.key_gate import tra_key_gate_naive
 from tra_attn.ops.tra.naive import keep_mask, reverse_cumsum
@@ -116,7 +116,7 @@ def check_against_documents(run, seg, sq, threshold, windows, dtype=torch.float6
     lw, sw = windows
 
     def alone(*x):
-        return tra_naive(*x, d**-0.5, threshold, 0.0, lw, sw)
+        return tra_naive(*x, scale=d**-0.5, keep=KeepRule(threshold, lw, sw))
 
     expected = per_document(alone, ref_inputs, seg, grad_out.double())
     for name, a, e in zip(NAMES, actual, expected):
@@ -137,7 +137,8 @@ def test_fp64_equals_each_document_alone(impl, layout, windows, threshold):
 
     def run(*x):
         if impl == "chunked":  # narrow key blocks: documents end inside blocks and span several
-            return tra_chunked(*x, x[0].shape[-1] ** -0.5, threshold, BLOCK, None, *windows, seg)
+            keep, documents = KeepRule(threshold, *windows), Documents(seg)
+            return tra_chunked(*x, scale=x[0].shape[-1] ** -0.5, keep=keep, documents=documents, block_size=BLOCK)
         kw = dict(local_window=windows[0], sliding_window=windows[1])
         return threshold_relative_attention(*x, threshold=threshold, impl=impl, segment_ids=seg, **kw)
 
@@ -173,7 +174,8 @@ def test_one_document_is_bit_identical_to_no_segments(impl):
 
     def run(segment_ids):
         if impl == "chunked":  # narrow key blocks: several strips, each inside the one document
-            return lambda *x: tra_chunked(*x, 0.3, 0.0, BLOCK, None, 2, 0, segment_ids)
+            contract = {"scale": 0.3, "keep": KeepRule(local_window=2), "documents": Documents(segment_ids)}
+            return lambda *x: tra_chunked(*x, **contract, block_size=BLOCK)
         return lambda *x: threshold_relative_attention(*x, impl=impl, local_window=2, segment_ids=segment_ids)
 
     plain, one = output_and_grads(run(None), inputs, grad_out), output_and_grads(run(seg), inputs, grad_out)
@@ -190,8 +192,9 @@ def test_padding_inside_a_document_matches_naive():
     seg = torch.tensor([[0, 0, 0, -1, -1, 0, 0, 1, 1, -1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2]], dtype=torch.int32)
     inputs, grad_out = inputs_for(seg, 21)
     for lw, sw in WINDOWS:
-        expected = output_and_grads(lambda *x, w=(lw, sw): tra_naive(*x, 0.3, 0.0, 0.0, *w, seg), inputs, grad_out)
-        actual = output_and_grads(lambda *x, w=(lw, sw): tra_chunked(*x, 0.3, 0.0, 4, None, *w, seg), inputs, grad_out)
+        contract = {"scale": 0.3, "keep": KeepRule(0.0, lw, sw), "documents": Documents(seg)}
+        expected = output_and_grads(lambda *x, c=contract: tra_naive(*x, **c), inputs, grad_out)
+        actual = output_and_grads(lambda *x, c=contract: tra_chunked(*x, **c, block_size=4), inputs, grad_out)
         windows = (lw, sw)
         for name, a, e in zip(NAMES, actual, expected):
             assert_close(a, e, atol=1e-12, name=f"{windows} {name}")
@@ -249,8 +252,9 @@ def test_key_gate_ablation_equals_each_document_alone():
     inputs, grad_out = inputs_for(seg, sq)
     key_gate = -torch.rand(seg.shape[0], 2, seg.shape[1], dtype=torch.float64)
     inputs = [*inputs[:3], key_gate.requires_grad_()]  # Sq = Sk: the gate per key has the query gate's shape
-    actual = output_and_grads(lambda *x: tra_key_gate_naive(*x, 0.3, 0.0, 0.0, 2, 0, seg), inputs, grad_out)
-    expected = per_document(lambda *x: tra_key_gate_naive(*x, 0.3, 0.0, 0.0, 2, 0), inputs, seg, grad_out)
+    contract = {"scale": 0.3, "keep": KeepRule(local_window=2)}
+    actual = output_and_grads(lambda *x: tra_key_gate_naive(*x, **contract, documents=Documents(seg)), inputs, grad_out)
+    expected = per_document(lambda *x: tra_key_gate_naive(*x, **contract), inputs, seg, grad_out)
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-12, name=name)
 
@@ -272,15 +276,17 @@ def test_chunked_pruning_with_documents_is_tra_over_the_visited_keys(windows):
     inputs, grad_out = inputs_for(seg, sq, gate_shift=-4.0, d=16)
     scale, tau = 0.25, 3.0
     segments = segments_of(seg, sq)
-    key_start = chunked_forward_stats(*inputs, scale, 0.0, 16, tau, *windows, segments=segments)[3]
+    contract = {"scale": scale, "keep": KeepRule(0.0, *windows), "block_size": 16, "prune_tau": tau}
+    key_start = chunked_forward_stats(*inputs, **contract, segments=segments)[3]
     assert (key_start > document_starts(seg)[:, None]).any(), "strongly forgetting rows should stop early"
-    actual = output_and_grads(lambda *x: tra_chunked(*x, scale, 0.0, 16, tau, *windows, seg), inputs, grad_out)
+    actual = output_and_grads(lambda *x: tra_chunked(*x, **contract, documents=Documents(seg)), inputs, grad_out)
     expected = output_and_grads(
         lambda *x: naive_with_segments_and_key_start(*x, scale, 0.0, key_start, seg, windows), inputs, grad_out
     )
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-11, rtol=1e-11, name=name)
-    exact = tra_naive(*(t.detach() for t in inputs), scale, 0.0, 0.0, *windows, seg)
+    keep, documents = KeepRule(0.0, *windows), Documents(seg)
+    exact = tra_naive(*(t.detach() for t in inputs), scale=scale, keep=keep, documents=documents)
     assert (actual[0] - exact).abs().max() <= 2 * math.exp(-tau) * inputs[2].abs().max()
 
 
@@ -320,7 +326,7 @@ def test_chunked_documents_cost_no_work_across_their_boundaries(monkeypatch):
         part = [t.clone().requires_grad_() for t in (q[:, :, rows], k, v, g[:, :, rows])]
 
         def fn(*x):
-            return tra_chunked(*x, 0.3, 0.0, BLOCK, None, 0, 0, segment_ids)
+            return tra_chunked(*x, scale=0.3, keep=KeepRule(0.0), documents=Documents(segment_ids), block_size=BLOCK)
 
         return lambda: output_and_grads(fn, part, grad_out[:, :, rows])
 
@@ -328,7 +334,7 @@ def test_chunked_documents_cost_no_work_across_their_boundaries(monkeypatch):
     blocks, documents, actual = walk(monkeypatch, run(seg))
     assert whole >= 2 * s * s / 2 and blocks == 2 * math.ceil(s / BLOCK)
     assert documents <= 2 * s * (13 + 2 * BLOCK), (documents, whole)
-    expected = per_document(lambda *x: tra_naive(*x, 0.3, 0.0), inputs, seg, grad_out)
+    expected = per_document(lambda *x: tra_naive(*x, scale=0.3, keep=KeepRule(0.0)), inputs, seg, grad_out)
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-12, name=name)
     blocks, decode, (out, *_) = walk(monkeypatch, run(seg, rows=slice(s - 1, s)))
@@ -344,13 +350,19 @@ def test_split_kv_with_documents_is_exact(layout, windows):
     seg = packed(130, 1, 90, 79)[2] if layout == "packed" else padded([300, 171], 300, "left")[1]
     b = seg.shape[0]
     q, k, v, g = tra_inputs(b, 2, 1, 300, 16, requires_grad=False)
-    expected = tra_naive(q, k, v, g, 0.25, 0.0, 0.0, *windows, seg)
+    contract = {"scale": 0.25, "keep": KeepRule(0.0, *windows)}
+    expected = tra_naive(q, k, v, g, **contract, documents=Documents(seg))
     for n_splits in (1, 4, 7):
-        actual = split_kv_attention(q, k, v, g, 0.25, 0.0, n_splits, chunked_forward_stats, *windows, seg)
+        actual = split_kv_attention(
+            q, k, v, g, **contract, documents=Documents(seg), n_splits=n_splits, forward_stats=chunked_forward_stats
+        )
         assert_close(actual, expected, atol=1e-13, name=f"{n_splits} splits")
     padding_query = seg.clone()
     padding_query[:, -1] = PADDING
-    out = split_kv_attention(q, k, v, g, 0.25, 0.0, 4, chunked_forward_stats, *windows, padding_query)
+    documents = Documents(padding_query)
+    out = split_kv_attention(
+        q, k, v, g, **contract, documents=documents, n_splits=4, forward_stats=chunked_forward_stats
+    )
     assert (out == 0).all()
 
 
@@ -386,10 +398,11 @@ def test_triton_skips_key_blocks_left_of_the_documents():
     s, bn = seg.shape[1], CONFIGS[16]["BN"]
     assert CONFIGS[16]["fwd"][0] == 128
     q, k, v, g = (t.float().to(DEVICE) for t in tra_inputs(1, 1, s, s, 16, requires_grad=False))
-    k_start = forward_stats(q, k, v, g, 0.25, 0.0, segments=segments_of(seg.to(DEVICE), s))[3]
+    k_start = forward_stats(q, k, v, g, scale=0.25, keep=KeepRule(0.0), segments=segments_of(seg.to(DEVICE), s))[3]
     assert k_start.tolist() == [[0, 100 // bn]]  # rows 0-127 start at 0; rows 128-162 at 100 or later
     one = segments_of(seg[:, :160].to(DEVICE), 1)  # a query at position 159, in the document [140, 160)
-    decode = forward_stats(q[:, :, :1], k[:, :, :160], v[:, :, :160], g[:, :, :1], 0.25, 0.0, segments=one)
+    last = (q[:, :, :1], k[:, :, :160], v[:, :, :160], g[:, :, :1])
+    decode = forward_stats(*last, scale=0.25, keep=KeepRule(0.0), segments=one)
     assert decode[3].tolist() == [[140 // bn]]
 
 
@@ -403,7 +416,9 @@ def test_triton_pruning_with_documents():
     inputs, grad_out = inputs_for(seg, s, dtype=torch.float32, gate_shift=-4.0, d=16)
     inputs = [t.detach().to(DEVICE).requires_grad_() for t in inputs]
     grad_out = grad_out.to(DEVICE)
-    k_start = forward_stats(*(t.detach() for t in inputs), 0.25, 0.0, tau, segments=segments_of(seg.to(DEVICE), s))[3]
+    segments = segments_of(seg.to(DEVICE), s)
+    detached = [t.detach() for t in inputs]
+    k_start = forward_stats(*detached, scale=0.25, keep=KeepRule(0.0), segments=segments, prune_tau=tau)[3]
     rows = torch.arange(s) // CONFIGS[16]["fwd"][0]
     key_start = (k_start.cpu()[:, rows] * CONFIGS[16]["BN"]).reshape(1, 2, s)
     assert (key_start > document_starts(seg)[:, None]).any(), "strongly forgetting rows should stop early"
@@ -420,7 +435,7 @@ def test_triton_pruning_with_documents():
     )
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a.cpu(), e, atol=3e-5 * max(1.0, e.abs().max().item()), name=name)
-    exact = tra_naive(*(t.detach() for t in ref), 0.25, 0.0, 0.0, 0, 0, seg)
+    exact = tra_naive(*(t.detach() for t in ref), scale=0.25, keep=KeepRule(0.0), documents=Documents(seg))
     assert (actual[0].cpu() - exact).abs().max() <= 2 * math.exp(-tau) * ref[2].abs().max() + 1e-5
 
 
@@ -430,9 +445,13 @@ def test_triton_split_kv_statistics_with_documents():
 
     seg = padded([200, 77], 200, "left")[1]
     q, k, v, g = (t.float().to(DEVICE) for t in tra_inputs(2, 2, 1, 200, 16, requires_grad=False))
-    expected = tra_naive(*(t.cpu().double() for t in (q, k, v, g)), 0.25, 0.0, 0.0, 3, 0, seg)
+    contract = {"scale": 0.25, "keep": KeepRule(0.0, local_window=3)}
+    expected = tra_naive(*(t.cpu().double() for t in (q, k, v, g)), **contract, documents=Documents(seg))
     for n_splits in (1, 3):
-        actual = split_kv_attention(q, k, v, g, 0.25, 0.0, n_splits, forward_stats, 3, 0, seg.to(DEVICE))
+        documents = Documents(seg.to(DEVICE))
+        actual = split_kv_attention(
+            q, k, v, g, **contract, documents=documents, n_splits=n_splits, forward_stats=forward_stats
+        )
         assert_close(actual.cpu(), expected, atol=2e-5, name=f"{n_splits} splits")
 
 

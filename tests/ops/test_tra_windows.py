@@ -14,7 +14,7 @@ import torch
 
 from tests.conftest import assert_close, naive_with_key_start, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
-from tra_attn.ops.tra import tra_chunked, tra_naive
+from tra_attn.ops.tra import KeepRule, tra_chunked, tra_naive
 from tra_attn.ops.tra.chunked import chunked_forward_stats
 from tra_attn.ops.tra.key_gate import tra_key_gate_naive
 from tra_attn.ops.tra.naive import keep_and_count
@@ -51,7 +51,8 @@ def windows_id(w):
 
 def reference(inputs, grad_out, threshold, windows, scale):
     ref = [t.detach().double().cpu().requires_grad_() for t in inputs]
-    return output_and_grads(lambda *x: tra_naive(*x, scale, threshold, 0.0, *windows), ref, grad_out.double().cpu())
+    keep = KeepRule(threshold, *windows)
+    return output_and_grads(lambda *x: tra_naive(*x, scale=scale, keep=keep), ref, grad_out.double().cpu())
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Sq{}-Sk{}-D{}".format(*s))
@@ -62,7 +63,8 @@ def test_chunked_matches_naive_fp64(shape, windows, threshold):
     inputs = tra_inputs(b, h, sq, sk, d, seed=sq + sum(windows))
     grad_out = torch.randn(b, h, sq, d, dtype=torch.float64)
     expected = reference(inputs, grad_out, threshold, windows, d**-0.5)
-    actual = output_and_grads(lambda *x: tra_chunked(*x, d**-0.5, threshold, BLOCK, None, *windows), inputs, grad_out)
+    contract = {"scale": d**-0.5, "keep": KeepRule(threshold, *windows), "block_size": BLOCK}
+    actual = output_and_grads(lambda *x: tra_chunked(*x, **contract), inputs, grad_out)
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-12, rtol=1e-12, name=name)
 
@@ -201,9 +203,10 @@ def test_split_kv_is_exact_with_windows(windows):
     """The count-aware combine with the windows: the sliding window cuts the keys, the local keys form the
     last split (threshold -inf); fp64 through the chunked statistics against naive."""
     q, k, v, g = tra_inputs(2, 2, 1, 300, 16, requires_grad=False)
-    expected = tra_naive(q, k, v, g, 0.25, 0.0, 0.0, *windows)
+    contract = {"scale": 0.25, "keep": KeepRule(0.0, *windows)}
+    expected = tra_naive(q, k, v, g, **contract)
     for n_splits in (1, 4, 7):
-        actual = split_kv_attention(q, k, v, g, 0.25, 0.0, n_splits, chunked_forward_stats, *windows)
+        actual = split_kv_attention(q, k, v, g, **contract, n_splits=n_splits, forward_stats=chunked_forward_stats)
         assert_close(actual, expected, atol=1e-13, name=f"{n_splits} splits")
 
 
@@ -230,15 +233,16 @@ def test_pruning_with_windows_is_tra_over_the_visited_keys(windows):
     q, k, v, g = tra_inputs(1, 2, 120, 130, 16, gate_shift=-4.0)
     scale, tau = 0.25, 3.0
     grad_out = torch.randn(1, 2, 120, 16, dtype=torch.float64)
-    key_start = chunked_forward_stats(q, k, v, g, scale, 0.0, 16, tau, *windows)[3]
+    contract = {"scale": scale, "keep": KeepRule(0.0, *windows), "block_size": 16, "prune_tau": tau}
+    key_start = chunked_forward_stats(q, k, v, g, **contract)[3]
     assert (key_start > max(0, 130 - 120 - windows[1] + 1)).any(), "strongly forgetting rows should stop early"
-    actual = output_and_grads(lambda *x: tra_chunked(*x, scale, 0.0, 16, tau, *windows), [q, k, v, g], grad_out)
+    actual = output_and_grads(lambda *x: tra_chunked(*x, **contract), [q, k, v, g], grad_out)
     expected = output_and_grads(
         lambda *x: naive_with_key_start(*x, scale, 0.0, key_start, *windows), [q, k, v, g], grad_out
     )
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a, e, atol=1e-11, rtol=1e-11, name=name)
-    exact = tra_naive(*(t.detach() for t in (q, k, v, g)), scale, 0.0, 0.0, *windows)
+    exact = tra_naive(*(t.detach() for t in (q, k, v, g)), scale=scale, keep=KeepRule(0.0, *windows))
     assert (actual[0] - exact).abs().max() <= 2 * math.exp(-tau) * v.abs().max()
 
 
@@ -257,5 +261,6 @@ def test_triton_pruning_with_windows_stays_under_the_bound():
 def test_key_gate_ablation_with_a_constant_gate_is_tra_with_the_same_windows(windows):
     q, k, v, _ = tra_inputs(1, 2, 25, 25, 8, requires_grad=False)
     gate = torch.full((1, 2, 25), -0.4, dtype=torch.float64)
-    keygate = tra_key_gate_naive(q, k, v, gate, 0.3, 0.0, 0.0, *windows)
-    assert_close(keygate, tra_naive(q, k, v, gate, 0.3, 0.0, 0.0, *windows), atol=1e-13)
+    contract = {"scale": 0.3, "keep": KeepRule(0.0, *windows)}
+    keygate = tra_key_gate_naive(q, k, v, gate, **contract)
+    assert_close(keygate, tra_naive(q, k, v, gate, **contract), atol=1e-13)

@@ -14,7 +14,7 @@ import torch
 
 from tests.conftest import assert_close, naive_with_key_start, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
-from tra_attn.ops.tra import tra_chunked
+from tra_attn.ops.tra import KeepRule, tra_chunked
 from tra_attn.ops.tra.chunked import chunked_forward_stats
 from tra_attn.ops.tra.split_kv import split_kv_attention
 
@@ -44,7 +44,8 @@ def compare_with_chunked(b, h, sq, sk, d, dtype, threshold=0.0, gate_shift=-1.0,
         lambda *x: threshold_relative_attention(*x, threshold=threshold, impl="triton"), low, grad_out
     )
     ref_inputs = [t.detach().cpu().double().requires_grad_() for t in low]
-    expected = output_and_grads(lambda *x: tra_chunked(*x, d**-0.5, threshold), ref_inputs, grad_out.cpu().double())
+    contract = {"scale": d**-0.5, "keep": KeepRule(threshold)}
+    expected = output_and_grads(lambda *x: tra_chunked(*x, **contract), ref_inputs, grad_out.cpu().double())
     assert actual[0].dtype == dtype
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a.cpu(), e, atol=TOLERANCE[dtype] * max(1.0, e.abs().max().item()), name=f"{dtype} {name}")
@@ -132,7 +133,8 @@ def test_triton_pruning_is_tra_over_the_visited_key_blocks(gate_shift):
     b, h, s, d, tau = 1, 2, 400, 32, 4.0
     q, k, v, g = inputs_on_device(b, h, s, s, d, dtype=torch.float32, gate_shift=gate_shift)
     grad_out = torch.randn(b, h, s, d, device=DEVICE)
-    k_start = forward_stats(q.detach(), k.detach(), v.detach(), g.detach(), d**-0.5, 0.0, tau)[3]
+    inputs = (q.detach(), k.detach(), v.detach(), g.detach())
+    k_start = forward_stats(*inputs, scale=d**-0.5, keep=KeepRule(0.0), prune_tau=tau)[3]
     config = CONFIGS[block_d(d)]
     rows = torch.arange(s, device=DEVICE) // config["fwd"][0]
     key_start = (k_start[:, rows] * config["BN"]).reshape(b, h, s).cpu()
@@ -147,7 +149,7 @@ def test_triton_pruning_is_tra_over_the_visited_key_blocks(gate_shift):
     )
     for name, a, e in zip(NAMES, actual, expected):
         assert_close(a.cpu(), e, atol=3e-5 * max(1.0, e.abs().max().item()), name=name)
-    exact = tra_chunked(*[t.detach().cpu() for t in (q, k, v, g)], d**-0.5, 0.0)
+    exact = tra_chunked(*[t.detach().cpu() for t in (q, k, v, g)], scale=d**-0.5, keep=KeepRule(0.0))
     assert (actual[0].cpu() - exact).abs().max() <= 2 * math.exp(-tau) * v.abs().max().item() + 1e-5
 
 
@@ -157,9 +159,11 @@ def test_split_kv_decode_matches_a_direct_call():
     q, k, v, g = (t.detach() for t in inputs_on_device(2, 2, 1, 300, 32, dtype=torch.float32))
     direct = threshold_relative_attention(q, k, v, g, impl="triton")
     for n_splits in (1, 4, 7):
-        split = split_kv_attention(q, k, v, g, d := 32**-0.5, 0.0, n_splits, forward_stats)
+        contract = {"scale": 32**-0.5, "keep": KeepRule(0.0), "n_splits": n_splits}
+        split = split_kv_attention(q, k, v, g, **contract, forward_stats=forward_stats)
         assert_close(split.cpu(), direct.cpu(), atol=2e-5, name=f"{n_splits} splits")
-        chunked = split_kv_attention(q.cpu(), k.cpu(), v.cpu(), g.cpu(), d, 0.0, n_splits, chunked_forward_stats)
+        cpu = (q.cpu(), k.cpu(), v.cpu(), g.cpu())
+        chunked = split_kv_attention(*cpu, **contract, forward_stats=chunked_forward_stats)
         assert_close(chunked, direct.cpu(), atol=2e-5, name=f"chunked, {n_splits} splits")
 
 
@@ -208,5 +212,5 @@ def test_public_op_decodes_long_caches_with_split_kv():
     with torch.no_grad():
         assert dispatch._split_kv_decode(q, k, v, g, None)
         out = threshold_relative_attention(q, k, v, g, impl="triton")
-    expected = tra_chunked(q.cpu(), k.cpu(), v.cpu(), g.cpu(), 0.25, 0.0)
+    expected = tra_chunked(q.cpu(), k.cpu(), v.cpu(), g.cpu(), scale=0.25, keep=KeepRule(0.0))
     assert_close(out.cpu(), expected, atol=2e-5)

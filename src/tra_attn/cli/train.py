@@ -11,6 +11,7 @@ from pathlib import Path
 from ..data import TASKS, absolute_task_args, check_scored, make_task
 from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
+from ..models.config import LEGACY_TRA_KINDS, legacy_kind_error, migrate_tra_ablation
 from ..training.config import TrainConfig, check_seed, migrate
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
@@ -132,10 +133,15 @@ def config_from_args(args) -> TrainConfig:
     if not isinstance(model, dict):
         raise ValueError(f"ModelConfig: got {type(model).__name__} in --config; expected a JSON object of fields")
     model = dict(model)
+    if model.get("version", 1) in range(1, 8):  # the file's former TRA ablation kind is TRA with an option
+        model = migrate_tra_ablation(model)  # (before the flags, which then apply to it)
     file_kind = model.get("attention", "tra")
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:
             model[f.name] = getattr(args, f.name)
+    flag_kind = getattr(args, "attention", None)
+    if flag_kind in LEGACY_TRA_KINDS:  # --attention names kinds as they are now (its dict has no version)
+        raise ValueError(legacy_kind_error(flag_kind))
     if model.get("attention", "tra") != file_kind:  # another kind: the file's kind's options do not apply
         model.pop("attention_options", None)
     model["attention_options"] = _attention_options(args, model)

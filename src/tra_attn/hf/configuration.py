@@ -3,7 +3,8 @@
 The fields are copied from the ``ModelConfig`` dataclass when this module is imported, so the two
 can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself. The attention
 kind's options are one field, ``attention_options`` (a dict in the JSON); a folder written by 0.2, whose
-config holds them as flat fields, is read into it (``LEGACY_OPTIONS``).
+config holds them as flat fields, is read into it (``LEGACY_OPTIONS``), and a folder whose ``attention`` names a
+former TRA ablation kind is read as TRA with that ablation's option (``migrate_tra_ablation``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 
 from transformers import PreTrainedConfig
 
-from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options
+from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options, migrate_tra_ablation
 from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
 from .tokenization import special_token_ids
 
@@ -40,11 +41,14 @@ class TRAConfig(PreTrainedConfig):
     use_cache: bool = True  # generate() decodes with the KV cache
 
     def __post_init__(self, **kwargs):
-        """Options given as 0.2's flat fields join ``attention_options``."""
+        """Options given as 0.2's flat fields join ``attention_options``; a former TRA ablation kind becomes TRA
+        with its option."""
         legacy = {name: kwargs.pop(name) for name in LEGACY_OPTIONS if name in kwargs}
         if legacy:
             given = {"attention": self.attention, "attention_options": self.attention_options, **legacy}
             self.attention_options = fold_legacy_options(given)["attention_options"]
+        current = migrate_tra_ablation({"attention": self.attention, "attention_options": self.attention_options})
+        self.attention, self.attention_options = current["attention"], current["attention_options"]
         super().__post_init__(**kwargs)
 
     def to_model_config(self) -> ModelConfig:

@@ -1,6 +1,7 @@
 """Attention layers, one module per kind, selected by ModelConfig.attention through the registry.
 
-The order below is the order of ``ATTENTION_KINDS``: TRA, its ablations, then the baselines.
+The order below is the order of ``ATTENTION_KINDS``: TRA (its ablations are options of it: ``gate``, ``threshold``
+-inf, ``distance``), then the baselines.
 """
 
 from .alibi import ALiBiAttention, ALiBiOptions
@@ -26,12 +27,8 @@ from .ssmax import SSMaxAttention, SSMaxOptions
 from .stickbreaking import StickBreakingAttention, StickBreakingOptions
 from .t5 import T5Attention, T5Options
 from .tra import TRAAttention, TRAOptions
-from .tra_ablations import TRAKeyGateAttention, TRANoDistanceAttention, TRANoThresholdAttention
 
 register_attention(AttentionKind("tra", TRAAttention))
-register_attention(AttentionKind("tra_keygate", TRAKeyGateAttention, materializes_scores=True))
-register_attention(AttentionKind("tra_nothreshold", TRANoThresholdAttention))
-register_attention(AttentionKind("tra_nodistance", TRANoDistanceAttention))
 register_attention(AttentionKind("nope", NoPEAttention))
 register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
@@ -74,9 +71,6 @@ __all__ = [
     "T5Attention",
     "T5Options",
     "TRAAttention",
-    "TRAKeyGateAttention",
-    "TRANoDistanceAttention",
-    "TRANoThresholdAttention",
     "TRAOptions",
     "attention_kind",
     "check_model_config",

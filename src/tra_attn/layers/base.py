@@ -55,6 +55,12 @@ class Attention(nn.Module):
         the options class has checked each value already. Nothing by default; subclasses add theirs."""
 
     @classmethod
+    def materializes(cls, options: KindOptions) -> bool:
+        """Whether the layer with these options builds (B, H, S, S) tensors where its registry entry says it does
+        not (``AttentionKind.materializes``); False by default."""
+        return False
+
+    @classmethod
     def from_config(cls, config: ModelConfig) -> Attention:
         """The layer of a model configuration: its sizes, logit dropout, epsilon and attention options."""
         return cls(

@@ -23,7 +23,8 @@ class AttentionKind:
     """A registered attention kind.
 
     name: the ``ModelConfig.attention`` string; cls: the layer class (its ``Options`` are the kind's
-    options); materializes_scores: whether the layer builds (B, H, S, S) tensors (sizes evaluation batches).
+    options); materializes_scores: whether the layer builds (B, H, S, S) tensors whatever its options (sizes
+    evaluation batches; ``materializes`` adds the option values that do).
     """
 
     name: str
@@ -33,6 +34,11 @@ class AttentionKind:
     @property
     def options(self) -> type[KindOptions]:
         return self.cls.Options
+
+    def materializes(self, options: KindOptions) -> bool:
+        """Whether the layer with ``options`` builds (B, H, S, S) tensors: always (``materializes_scores``), or for
+        some option values (the class's ``materializes``: TRA's key gate)."""
+        return self.materializes_scores or self.cls.materializes(options)
 
     def make_options(self, data) -> KindOptions:
         """This kind's options from a dict (or an options instance), checked; ValueError naming the option."""

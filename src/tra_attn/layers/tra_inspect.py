@@ -3,7 +3,7 @@
 For a layer input x (B, S, d_model) without cache, per head: the keep mask as the layer's rule decides it
 (threshold, or none in dense heads; local and sliding windows; documents), which kept keys only the local
 window keeps, the count c_ij, and the attention weights exactly as the layer's op computes them (the op is
-run on one-hot values, so every kind of the TRA family, the key-gate ablation included, is measured by its own
+run on one-hot values, so every option of the TRA layer, the key-gate ablation included, is measured by its own
 path). O(S^2) memory per head: meant for diagnosis at moderate lengths.
 """
 
@@ -34,9 +34,10 @@ def attention_map(layer: TRAAttention, x: torch.Tensor, segment_ids: torch.Tenso
     """The layer's keep decisions and attention weights on input ``x`` (evaluation: the exact threshold)."""
     q, k = layer.normalize(*(layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj)))
     scores = q.double() @ k.double().transpose(-1, -2) * layer.head_dim**-0.5
-    n, threshold = layer.dense_heads, layer.threshold
-    dense = keep_mask(scores[:, :n], float("-inf"), 0, layer.dense_window, segment_ids)
-    sparse = keep_mask(scores[:, n:], threshold, layer.local_window, 0, segment_ids)
+    o = layer.options
+    n, threshold = o.dense_heads, o.threshold
+    dense = keep_mask(scores[:, :n], float("-inf"), 0, o.dense_window, segment_ids)
+    sparse = keep_mask(scores[:, n:], threshold, o.local_window, 0, segment_ids)
     keep = torch.cat([dense, sparse], dim=1)
     by_score = torch.cat([dense, sparse & (scores[:, n:] > threshold)], dim=1)
     weights = _weights(layer, x, q, k, segment_ids)

@@ -25,7 +25,7 @@ SCORES_PER_BATCH = 1 << 22
 def eval_batch_size(config: ModelConfig, length: int) -> int:
     """Sequences per evaluation forward: a token budget, and a score budget for materialising kinds."""
     batch = TOKENS_PER_BATCH // length
-    if attention_kind(config.attention).materializes_scores:
+    if attention_kind(config.attention).materializes(config.attention_options):
         batch = min(batch, SCORES_PER_BATCH // (config.n_heads * length * length))
     return max(1, batch)
 

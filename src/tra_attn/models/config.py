@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..layers import ATTENTION_KINDS, KindOptions, attention_kind, check_model_config
 from ..utils.dataclass_io import dataclass_from_dict, split_version
 
-VERSION = 7
+VERSION = 8
 
 # Version 6 and earlier kept every kind's options as flat fields of the model config: flat name -> option.
 LEGACY_OPTIONS = {
@@ -33,6 +33,56 @@ LEGACY_OPTIONS = {
 }
 
 
+# Up to version 7 the TRA ablations were kinds of their own; since version 8 they are options of "tra". Each former
+# kind: the options of "tra" it stands for, and the options it declared (those of "tra" at version 7 it honoured).
+_LEGACY_TRA_OPTIONS = (
+    "threshold", "impl", "learned_temperature", "dense_heads", "local_window", "dense_window", "threshold_warmup",
+    "keep_surrogate", "gate_bias_init", "threshold_shift", "keep_penalty", "keep_margin",
+)  # fmt: skip
+LEGACY_TRA_KINDS = {
+    "tra_keygate": ({"gate": "key"}, tuple(o for o in _LEGACY_TRA_OPTIONS if o not in ("impl", "keep_surrogate"))),
+    "tra_nothreshold": ({"threshold": -math.inf}, ("impl", "learned_temperature", "gate_bias_init")),
+    "tra_nodistance": ({"distance": False}, tuple(o for o in _LEGACY_TRA_OPTIONS if o != "gate_bias_init")),
+}
+
+
+def migrate_tra_ablation(data: dict) -> dict:
+    """A version-7 (or older) config dict whose ``attention`` names a former TRA ablation kind, as the TRA kind with
+    the option values that ablation is now (``LEGACY_TRA_KINDS``), its other options kept; any other dict as it is.
+
+    ``tra_keygate`` -> ``attention = "tra"`` with ``gate = "key"``; ``tra_nothreshold`` -> ``threshold = -inf``;
+    ``tra_nodistance`` -> ``distance = False``. The layer of each computes what the former kind's layer computed,
+    with the same parameters (state-dict keys) and the same outputs. Options that are not a dict are left for
+    ModelConfig to refuse by name.
+    """
+    if data.get("attention") not in LEGACY_TRA_KINDS:
+        return data
+    ablation, _ = LEGACY_TRA_KINDS[data["attention"]]
+    options = data.get("attention_options")
+    options = {} if options is None else options
+    if isinstance(options, dict):
+        options = {**options, **ablation}
+    return {**data, "attention": "tra", "attention_options": options}
+
+
+def legacy_kind_error(attention: str) -> str:
+    """The refusal of ``attention``, a former TRA ablation kind, where a current config names it."""
+    options = ", ".join(f"{k} = {v!r}" for k, v in LEGACY_TRA_KINDS[attention][0].items())
+    return (
+        f"ModelConfig.attention = {attention!r}; expected 'tra' with the option {options} (the TRA ablations are "
+        f"options of 'tra' since ModelConfig version 8; a saved config naming the former kind is converted when it "
+        "is read)"
+    )
+
+
+def _declared_options(attention) -> list[str] | None:
+    """The option names the kind ``attention`` declares (at version 7 for a former TRA ablation); None: unknown."""
+    if attention in LEGACY_TRA_KINDS:
+        return list(LEGACY_TRA_KINDS[attention][1])
+    kind = ATTENTION_KINDS.get(attention)
+    return None if kind is None else kind.options.names()
+
+
 def fold_legacy_options(data: dict) -> dict:
     """A version-6 (or older) config dict with its flat option fields moved into ``attention_options``.
 
@@ -41,9 +91,9 @@ def fold_legacy_options(data: dict) -> dict:
     threshold refused non-zero threshold options, and ``tra_nothreshold`` ignored ``tra_threshold``).
     """
     legacy = {new: data.pop(old) for old, new in LEGACY_OPTIONS.items() if old in data}
-    kind = ATTENTION_KINDS.get(data.get("attention", "tra"))
-    if kind is not None:  # an unknown kind is refused by name when the config is built
-        legacy = {name: value for name, value in legacy.items() if name in kind.options.names()}
+    declared = _declared_options(data.get("attention", "tra"))
+    if declared is not None:  # an unknown kind is refused by name when the config is built
+        legacy = {name: value for name, value in legacy.items() if name in declared}
     given = data.get("attention_options")
     data["attention_options"] = {**legacy, **given} if isinstance(given, dict) else (given or legacy)
     return data
@@ -63,6 +113,8 @@ def migrate(data: dict) -> dict:
     in the thresholded heads, every causal key in the dense heads, the exact gradient in training (0 for all).
     Version 6 kept the options of every kind as flat fields (``tra_*``, ``rope_base``, ``cope_max_pos``,
     ``gate_bias_init``): they move into ``attention_options`` (``fold_legacy_options``).
+    Version 7 had the TRA ablations as kinds (``tra_keygate``, ``tra_nothreshold``, ``tra_nodistance``): they become
+    TRA with the options they are now (``migrate_tra_ablation``).
     """
     data, version = split_version("ModelConfig", data, VERSION)
     if version == 1:
@@ -79,6 +131,8 @@ def migrate(data: dict) -> dict:
         data.setdefault("tra_keep_surrogate", 0.0)
     if version <= 6:
         data = fold_legacy_options(data)
+    if version <= 7:
+        data = migrate_tra_ablation(data)
     return data
 
 
@@ -180,6 +234,8 @@ class ModelConfig:
                 fail("tokenizer", "None or a tokenizer description with 'name' and 'vocab_size'")
             if self.tokenizer["vocab_size"] > self.vocab_size:
                 fail("tokenizer", f"a tokenizer of at most vocab_size = {self.vocab_size} ids")
+        if isinstance(self.attention, str) and self.attention in LEGACY_TRA_KINDS:
+            raise ValueError(legacy_kind_error(self.attention))
         self.attention_options = attention_kind(self.attention, "ModelConfig.attention").make_options(
             self.attention_options
         )

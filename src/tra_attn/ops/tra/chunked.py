@@ -24,9 +24,10 @@ from typing import NamedTuple
 import torch
 
 from ..masks import compute_dtype
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
 from .denormals import EXP_FLOOR, flush_tiny_
 from .dropout import SIGN, LogitDropout, scrambled
-from .segments import Segments, StripPlan, segments_of
+from .segments import Segments, StripPlan
 from .surrogate_backward import SurrogateState, kept_dropped_sums
 
 _NEG_INF = float("-inf")
@@ -438,37 +439,33 @@ def tra_chunked(
     k,
     v,
     log_gate,
+    *,
     scale: float,
-    threshold: float,
-    block_size: int | None = None,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids = NO_AIDS,
     prune_tau: float | None = None,
-    local_window: int = 0,
-    sliding_window: int = 0,
-    segment_ids: torch.Tensor | None = None,
-    keep_surrogate: float = 0.0,
-    logit_dropout: float = 0.0,
-    dropout_seed=None,
+    block_size: int | None = None,
 ):
     """Chunked TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype.
 
-    ``segment_ids`` (B, Sk) int32 (``ops/varlen.py``, or None): keys are kept only within the query's document.
-    ``keep_surrogate`` (tau > 0) and ``logit_dropout`` (p > 0, the mask of ``dropout_seed``) as in the op; the
-    forward values with the surrogate are those without it, bit for bit. Neither combines with ``prune_tau``."""
+    ``keep`` and ``documents`` decide the kept keys (a key of another document or padding is never kept); every
+    aid is served: the keep surrogate (tau > 0; the forward values are those without it, bit for bit) and the
+    logit dropout (the mask of ``aids.dropout_seed``), as in the op. Neither combines with ``prune_tau``, the
+    early exit. ``block_size``: the key-block width (``default_block_size`` when None)."""
     b, h, sq, d = q.shape
     sk = k.shape[2]
-    if prune_tau is not None and (keep_surrogate or logit_dropout):
+    if prune_tau is not None and aids.active:
         raise ValueError("tra_chunked: prune_tau does not combine with keep_surrogate or logit_dropout")
     block = int(block_size or default_block_size(sq, sk))
-    windows = (int(local_window), int(sliding_window))
-    plan = _plan(segments_of(segment_ids, sq), sq, sk, block, windows[1])
+    plan = _plan(documents.segments(sq), sq, sk, block, keep.sliding_window)
     dropout = None
-    if logit_dropout:
-        dropout = LogitDropout(logit_dropout, dropout_seed, b, h, sq, sk, q.device)
+    if aids.logit_dropout:
+        dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, sk, q.device)
         dropout.rows = dropout.rows.reshape(b * h, sq)
-    # With threshold -inf every key the rule can keep is kept, and the sigmoid's slope there is 0: nothing to relax.
-    training = Training(float(keep_surrogate) if threshold != _NEG_INF else 0.0, dropout)
+    training = Training(aids.surrogate_for(keep), dropout)
     out = ChunkedTRA.apply(
-        *_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows, plan, training
+        *_flatten(q, k, v, log_gate), float(scale), keep.threshold, block, prune_tau, keep.windows, plan, training
     )
     return out.reshape(b, h, sq, d).to(q.dtype)
 
@@ -483,25 +480,24 @@ def chunked_forward_stats(
     k,
     v,
     log_gate,
+    *,
     scale: float,
-    threshold: float,
-    block_size: int | None = None,
-    prune_tau: float | None = None,
-    local_window: int = 0,
-    sliding_window: int = 0,
+    keep: KeepRule,
     segments: Segments | None = None,
+    prune_tau: float | None = None,
+    block_size: int | None = None,
 ):
     """Per row, without autograd: out, lse, kept keys counted, and the first key position visited.
 
-    (out, lse, count) are what a split-KV combine needs; the first key visited (0 without pruning)
-    tells exactly which keys pruning skipped. ``segments`` as ``segments.segments_of`` gives them (or None).
+    (out, lse, count) are what a split-KV combine needs (``split_kv.py`` calls it per split, with the split's
+    ``segments``, the per-key and per-query form of the documents: ``Documents.segments``, or None); the first
+    key visited (0 without pruning) tells exactly which keys pruning skipped.
     """
     b, h, sq, d = q.shape
     sk = k.shape[2]
     block = int(block_size or default_block_size(sq, sk))
-    windows = (int(local_window), int(sliding_window))
-    plan = _plan(segments, sq, sk, block, windows[1])
-    stats = _forward(*_flatten(q, k, v, log_gate), float(scale), float(threshold), block, prune_tau, windows, plan)
+    plan = _plan(segments, sq, sk, block, keep.sliding_window)
+    stats = _forward(*_flatten(q, k, v, log_gate), float(scale), keep.threshold, block, prune_tau, keep.windows, plan)
     stop = stats.stop
     key_start = torch.zeros((b, h, sq), dtype=torch.long, device=q.device) if stop is None else stop.reshape(b, h, sq)
     return stats.out.reshape(b, h, sq, d), stats.lse.reshape(b, h, sq), stats.count.reshape(b, h, sq), key_start

@@ -1,4 +1,5 @@
-"""Public entry point of the TRA op: input validation and choice of implementation."""
+"""Public entry point of the TRA op: input validation, the call's contract (``contract.py``) and choice of
+implementation."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..varlen import segment_ids_from
 from .chunked import tra_chunked
-from .dropout import seed_tensor
+from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
@@ -23,17 +23,15 @@ SPLIT_KV_MAX_SPLITS = 64
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
-def _fail(argument: str, value, expected: str):
-    raise ValueError(f"threshold_relative_attention: {argument} = {value}; expected {expected}")
+class Call(NamedTuple):
+    """A call's checked arguments: the score scale (resolved), its keep rule, documents and training aids (the seed
+    not drawn yet: ``TrainingAids.drawn``), and the early exit's prune_tau (chunked and Triton only)."""
 
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _shown(value) -> str:
-    """A value as the error shows it: its repr, with the type when that is not a plain number."""
-    return repr(value) if _is_number(value) else f"{value!r} (a {type(value).__name__})"
+    scale: float
+    keep: KeepRule
+    documents: Documents
+    aids: TrainingAids
+    prune_tau: float | None
 
 
 def validate_inputs(
@@ -55,9 +53,9 @@ def validate_inputs(
     cu_seqlens=None,
     key_padding_mask=None,
     segment_ids=None,
-) -> torch.Tensor | None:
-    """Raise ValueError naming the argument, its value and what was expected; return the (B, Sk) int32
-    segment ids of ``cu_seqlens``, ``key_padding_mask`` and ``segment_ids`` (None when none is given).
+) -> Call:
+    """Check a call once and build its contract (``contract.py``): a ValueError names the argument, its value and
+    what was expected.
 
     Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
     checks that need the data (log_gate <= 0, the documents' offsets, ids and mask values), which
@@ -66,84 +64,68 @@ def validate_inputs(
     """
     for name, t, rank in (("q", q, 4), ("k", k, 4), ("v", v, 4), ("log_gate", log_gate, 3)):
         if not isinstance(t, torch.Tensor):
-            _fail(name, type(t).__name__, "a torch.Tensor")
+            fail(name, type(t).__name__, "a torch.Tensor")
         if t.dim() != rank:
-            _fail(f"{name}.shape", tuple(t.shape), f"a {rank}-d tensor")
+            fail(f"{name}.shape", tuple(t.shape), f"a {rank}-d tensor")
         if t.dtype not in _FLOAT_DTYPES:
-            _fail(f"{name}.dtype", t.dtype, "one of float64, float32, bfloat16, float16")
+            fail(f"{name}.dtype", t.dtype, "one of float64, float32, bfloat16, float16")
     b, h, sq, d = q.shape
     if d == 0:
-        _fail("q.shape[-1]", 0, "a head dim D >= 1")
+        fail("q.shape[-1]", 0, "a head dim D >= 1")
     if k.shape[:2] != (b, h) or k.shape[3] != d:
-        _fail("k.shape", tuple(k.shape), f"(B, H, Sk, D) = ({b}, {h}, Sk, {d}) to match q {tuple(q.shape)}")
+        fail("k.shape", tuple(k.shape), f"(B, H, Sk, D) = ({b}, {h}, Sk, {d}) to match q {tuple(q.shape)}")
     if v.shape != k.shape:
-        _fail("v.shape", tuple(v.shape), f"the shape of k {tuple(k.shape)}")
+        fail("v.shape", tuple(v.shape), f"the shape of k {tuple(k.shape)}")
     if log_gate.shape != (b, h, sq):
-        _fail("log_gate.shape", tuple(log_gate.shape), f"(B, H, Sq) = {(b, h, sq)}")
+        fail("log_gate.shape", tuple(log_gate.shape), f"(B, H, Sq) = {(b, h, sq)}")
     if sq > k.shape[2]:
-        _fail("Sq", sq, f"Sq <= Sk = {k.shape[2]} (queries are the last Sq key positions)")
+        fail("Sq", sq, f"Sq <= Sk = {k.shape[2]} (queries are the last Sq key positions)")
     if len({t.device for t in (q, k, v, log_gate)}) != 1:
-        _fail("devices", [str(t.device) for t in (q, k, v, log_gate)], "all inputs on one device")
+        fail("devices", [str(t.device) for t in (q, k, v, log_gate)], "all inputs on one device")
     if len({t.dtype for t in (q, k, v)}) != 1:
-        _fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
-    if scale is not None and not (_is_number(scale) and math.isfinite(scale) and scale > 0):
-        _fail("scale", _shown(scale), "None or a finite positive number")
-    if not _is_number(threshold) or math.isnan(threshold) or threshold == math.inf:
-        _fail("threshold", _shown(threshold), "a number below +inf (float('-inf') keeps every causal key)")
+        fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
+    if scale is not None and not (is_number(scale) and math.isfinite(scale) and scale > 0):
+        fail("scale", shown(scale), "None or a finite positive number")
+    keep = KeepRule(threshold=threshold, local_window=local_window, sliding_window=sliding_window)
     if impl not in IMPLS:
-        _fail("impl", repr(impl), f"one of {IMPLS}")
-    if prune_tau is not None and not (_is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
-        _fail("prune_tau", _shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
-    if not (_is_number(logit_dropout) and 0 <= logit_dropout < 1):
-        _fail("logit_dropout", _shown(logit_dropout), "a probability in [0, 1) (dropout on the logits in training)")
-    for name, window, meaning in (
-        ("local_window", local_window, "the w most recent keys always kept"),
-        ("sliding_window", sliding_window, "only the w most recent keys can be kept"),
-    ):
-        if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
-            _fail(name, _shown(window), f"a non-negative integer (0: off; w > 0: {meaning})")
-    if not (_is_number(keep_surrogate) and math.isfinite(keep_surrogate) and keep_surrogate >= 0):
-        _fail(
-            "keep_surrogate",
-            _shown(keep_surrogate),
-            "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
-        )
-    _check_dropout_seed(dropout_seed)
-    _check_served(impl, prune_tau, logit_dropout, keep_surrogate)
+        fail("impl", repr(impl), f"one of {IMPLS}")
+    if prune_tau is not None and not (is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
+        fail("prune_tau", shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
+    aids = TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
+    _check_served(impl, prune_tau, aids)
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
-            _fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
+            fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
         if q.shape[-1] > 128:
-            _fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
+            fail("q.shape[-1]", q.shape[-1], "a head dim D <= 128 for impl='triton'")
         if q.dtype == torch.float64:
-            _fail("q.dtype", q.dtype, "float32, bfloat16 or float16 for impl='triton' (fp64 runs on 'chunked')")
+            fail("q.dtype", q.dtype, "float32, bfloat16 or float16 for impl='triton' (fp64 runs on 'chunked')")
     if check_values and log_gate.numel() and bool((log_gate > 0).any()):
         worst = log_gate[log_gate > 0].max().item()  # NaN-free: NaN is not > 0
-        _fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
-    documents = {"cu_seqlens": cu_seqlens, "key_padding_mask": key_padding_mask, "segment_ids": segment_ids}
-    return segment_ids_from(b, k.shape[2], q.device, **documents, check_values=check_values)
+        fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
+    documents = Documents.of(
+        b,
+        k.shape[2],
+        q.device,
+        cu_seqlens=cu_seqlens,
+        key_padding_mask=key_padding_mask,
+        segment_ids=segment_ids,
+        check_values=check_values,
+    )
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    return Call(scale, keep, documents, aids, None if prune_tau is None else float(prune_tau))
 
 
-def _check_dropout_seed(seed) -> None:
-    """None, an integer, or a 0-dim integer tensor (on any device: it is moved, not read)."""
-    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
-        return
-    integer = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-    if isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in integer:
-        return
-    _fail("dropout_seed", _shown(seed), "None, an integer or a 0-dim integer tensor (the logit dropout's mask)")
-
-
-def _check_served(impl: str, prune_tau, logit_dropout, keep_surrogate) -> None:
+def _check_served(impl: str, prune_tau, aids: TrainingAids) -> None:
     """The early exit's bound holds for the exact logits only: the fast paths refuse it with dropout or the
     surrogate (whose gradient reaches keys the exit skips). "naive" ignores prune_tau, and "auto" picks it."""
     if prune_tau is None or impl not in ("chunked", "triton"):
         return
-    for name, value in (("logit_dropout", logit_dropout), ("keep_surrogate", keep_surrogate)):
+    for name, value in (("logit_dropout", aids.logit_dropout), ("keep_surrogate", aids.keep_surrogate)):
         if value:
-            _fail(
+            fail(
                 "prune_tau",
-                _shown(prune_tau),
+                shown(prune_tau),
                 f"None with {name} = {value!r} for impl={impl!r} (the early exit's bound holds for the exact "
                 "logits only; impl='naive' or 'auto' runs the materialised reference, which does not prune)",
             )
@@ -233,7 +215,7 @@ def threshold_relative_attention(
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
     check_values = validate and not torch.compiler.is_compiling()
-    seg = validate_inputs(
+    call = validate_inputs(
         q,
         k,
         v,
@@ -252,65 +234,42 @@ def threshold_relative_attention(
         key_padding_mask=key_padding_mask,
         segment_ids=segment_ids,
     )
-    options = _Options(
-        1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
-        float(threshold),
-        None if prune_tau is None else float(prune_tau),
-        (local_window, sliding_window),
-        seg,
-        float(keep_surrogate),
-        float(logit_dropout),
-        seed_tensor(dropout_seed, q.device) if logit_dropout else None,
-    )
+    call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
     with torch.autocast(q.device.type, enabled=False):
-        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, seg)
-        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, options), options)
+        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
+        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, call), call)
         return poison(out, poisoned)
 
 
-class _Options(NamedTuple):
-    """A call's options, checked and converted (the seed drawn, when dropout needs one)."""
-
-    scale: float
-    threshold: float
-    prune_tau: float | None
-    windows: tuple[int, int]
-    segment_ids: torch.Tensor | None
-    keep_surrogate: float
-    logit_dropout: float
-    dropout_seed: torch.Tensor | None
-
-
-def _resolve(impl: str, q: torch.Tensor, options: _Options) -> str:
+def _resolve(impl: str, q: torch.Tensor, call: Call) -> str:
     """The implementation "auto" stands for: triton for CUDA tensors it fits, chunked otherwise, and the
     materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
     if impl != "auto":
         return impl
-    if options.prune_tau is not None and (options.logit_dropout or options.keep_surrogate):
+    if call.prune_tau is not None and call.aids.active:
         return "naive"
     # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
     fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
     return "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
 
 
-def _dispatch(q, k, v, log_gate, impl: str, options: _Options):
-    scale, threshold, prune_tau, windows, segment_ids, tau, p, seed = options
-    if impl == "naive":
-        if tau:
-            return tra_surrogate(q, k, v, log_gate, scale, threshold, tau, p, *windows, segment_ids, seed)
-        return tra_naive(q, k, v, log_gate, scale, threshold, p, *windows, segment_ids, seed)
-    training = {"keep_surrogate": tau, "logit_dropout": p, "dropout_seed": seed}
+def _dispatch(q, k, v, log_gate, impl: str, call: Call):
+    """Run ``impl`` with the call's contract, by keyword."""
+    contract = {"scale": call.scale, "keep": call.keep, "documents": call.documents}
+    if impl == "naive":  # the reference never prunes; the surrogate's gradient is its own materialised form
+        run = tra_surrogate if call.aids.keep_surrogate else tra_naive
+        return run(q, k, v, log_gate, **contract, aids=call.aids)
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
-        if not p and _split_kv_decode(q, k, v, log_gate, prune_tau):
+        # Split-KV serves no training aid: not with dropout, and without gradients the surrogate changes nothing.
+        if not call.aids.logit_dropout and _split_kv_decode(q, k, v, log_gate, call.prune_tau):
             n_splits = min(SPLIT_KV_MAX_SPLITS, k.shape[2] // SPLIT_KV_MIN_KEYS)
-            stats = (n_splits, forward_stats, *windows, segment_ids)
-            return split_kv_attention(q, k, v, log_gate, scale, threshold, *stats)
-        return tra_triton(q, k, v, log_gate, scale, threshold, prune_tau, *windows, segment_ids, **training)
-    return tra_chunked(q, k, v, log_gate, scale, threshold, None, prune_tau, *windows, segment_ids, **training)
+            return split_kv_attention(q, k, v, log_gate, **contract, n_splits=n_splits, forward_stats=forward_stats)
+        return tra_triton(q, k, v, log_gate, **contract, aids=call.aids, prune_tau=call.prune_tau)
+    return tra_chunked(q, k, v, log_gate, **contract, aids=call.aids, prune_tau=call.prune_tau)
 
 
 def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:

@@ -10,6 +10,7 @@ import torch
 
 from ..masks import causal_mask, compute_dtype, masked_softmax, relative_distance
 from ..varlen import segment_mask
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
 from .dropout import LogitDropout
 
 
@@ -56,24 +57,23 @@ def tra_naive(
     k: torch.Tensor,
     v: torch.Tensor,
     log_gate: torch.Tensor,
+    *,
     scale: float,
-    threshold: float,
-    logit_dropout: float = 0.0,
-    local_window: int = 0,
-    sliding_window: int = 0,
-    segment_ids: torch.Tensor | None = None,
-    dropout_seed=None,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids = NO_AIDS,
 ) -> torch.Tensor:
     """TRA output for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); see docs/op_contract.md.
 
-    ``logit_dropout`` > 0 drops logits before the softmax, as the authors' notebook does in training
-    (ops/logit_dropout.py), with the mask of ``dropout_seed`` (``dropout.py``; None: drawn from torch's
-    generator); the op contract is the p = 0 case. ``local_window``, ``sliding_window`` and ``segment_ids``
-    (B, Sk) change the keep rule (``keep_mask``).
+    ``keep`` (threshold, windows) and ``documents`` decide the kept keys (``keep_mask``). Of the ``aids`` it serves
+    the logit dropout, as the authors' notebook drops logits in training (ops/logit_dropout.py), with the mask of
+    ``aids.dropout_seed`` (``dropout.py``; None: drawn from torch's generator); the op contract is the p = 0
+    case. The keep surrogate is ``surrogate.tra_surrogate``'s, refused here.
     """
-    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
-    factors = dropout_factors(logit_dropout, dropout_seed, logits)
-    return (softmax_weights(logits, keep, factors) @ v.to(logits.dtype)).to(q.dtype)
+    aids.refuse("tra_naive", "keep_surrogate", reason="the materialised surrogate gradient is surrogate.tra_surrogate")
+    scores, kept, logits = tra_logits(q, k, log_gate, scale, keep.threshold, *keep.windows, documents.ids)
+    factors = dropout_factors(aids.logit_dropout, aids.dropout_seed, logits)
+    return (softmax_weights(logits, kept, factors) @ v.to(logits.dtype)).to(q.dtype)
 
 
 def tra_logits(

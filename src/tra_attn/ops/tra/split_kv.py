@@ -16,11 +16,13 @@ each split keeps only keys of that document and skips the key blocks left of its
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
 from ..masks import compute_dtype
-from .segments import Segments, segments_of
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
+from .segments import Segments
 
 
 def combine_splits(outs: torch.Tensor, lses: torch.Tensor, counts: torch.Tensor, log_gate: torch.Tensor):
@@ -42,36 +44,40 @@ def split_kv_attention(
     k,
     v,
     log_gate,
+    *,
     scale: float,
-    threshold: float,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids = NO_AIDS,
     n_splits: int,
     forward_stats,
-    local_window=0,
-    sliding_window=0,
-    segment_ids=None,
 ):
     """TRA for q (B,H,Sq,D) whose queries all come after the keys, e.g. decoding (Sq = 1).
 
-    ``forward_stats(q, k, v, log_gate, scale, threshold, segments=...)`` returns (out, lse, count, ...) for
-    one split; every split is run as an extra batch entry of a single call. ``local_window`` and
-    ``sliding_window`` are the op's keep-rule windows, ``segment_ids`` (B, Sk) int32 its documents (or None).
+    ``forward_stats(q, k, v, log_gate, scale=..., keep=..., segments=...)`` returns (out, lse, count, ...) for
+    one split (``chunked.chunked_forward_stats``, ``triton_op.forward_stats``); every split is run as an extra
+    batch entry of a single call. ``keep`` is the op's keep rule, ``documents`` its documents. No training aid is
+    served (decoding: no dropout, no gradient to relax): any is refused.
     """
+    aids.refuse("split_kv_attention", "keep_surrogate", "logit_dropout", "dropout_seed", reason="decoding only")
     sq = q.shape[2]
     if sq != 1:
         raise ValueError(f"split_kv_attention: Sq = {sq}; expected a single query per sequence")
-    segments = segments_of(segment_ids, sq)
-    if sliding_window:  # keys at distance >= sliding_window are never kept and count nothing
-        cut = max(0, k.shape[2] - sliding_window)
+    segments = documents.segments(sq)
+    if keep.sliding_window:  # keys at distance >= sliding_window are never kept and count nothing
+        cut = max(0, k.shape[2] - keep.sliding_window)
         k, v = k[:, :, cut:], v[:, :, cut:]
         segments = None if segments is None else segments.split(cut, 1, k.shape[2])
-    n_local = min(local_window, k.shape[2])
+    n_local = min(keep.local_window, k.shape[2])
     far = k.shape[2] - n_local
-    parts = _split_stats(q, k[:, :, :far], v[:, :, :far], log_gate, scale, threshold, n_splits, forward_stats, segments)
+    # Inside each split only the threshold decides (the windows are handled here, around the splits).
+    thresholded = KeepRule(threshold=keep.threshold)
+    stats = partial(forward_stats, scale=scale)
+    parts = _split_stats(q, k[:, :, :far], v[:, :, :far], log_gate, thresholded, n_splits, stats, segments)
     if n_local:  # the local keys are all kept: threshold -inf gives them their exact in-split counts
         local_segments = None if segments is None else segments.split(far, 1, n_local)
-        local = forward_stats(q, k[:, :, far:], v[:, :, far:], log_gate, scale, float("-inf"), segments=local_segments)[
-            :3
-        ]
+        everything = KeepRule(threshold=float("-inf"))
+        local = stats(q, k[:, :, far:], v[:, :, far:], log_gate, keep=everything, segments=local_segments)[:3]
         parts.append(tuple(t[:, None] for t in local))
     outs = torch.cat([p[0] for p in parts], dim=1).movedim(1, 0)
     lses = torch.cat([p[1] for p in parts], dim=1).movedim(1, 0)
@@ -79,9 +85,7 @@ def split_kv_attention(
     return combine_splits(outs, lses, counts, log_gate).to(q.dtype)
 
 
-def _split_stats(
-    q, k, v, log_gate, scale: float, threshold: float, n_splits: int, forward_stats, segments: Segments | None
-) -> list:
+def _split_stats(q, k, v, log_gate, keep: KeepRule, n_splits: int, forward_stats, segments: Segments | None) -> list:
     """(out, lse, count) of up to ``n_splits`` key splits, each (B, splits, H, 1, ...), left to right."""
     b, h, _, d = q.shape
     sk = k.shape[2]
@@ -100,6 +104,6 @@ def _split_stats(
         qs = q[:, None].expand(b, n, h, 1, d).reshape(b * n, h, 1, d)
         gs = log_gate[:, None].expand(b, n, h, 1).reshape(b * n, h, 1)
         split_segments = None if segments is None else segments.split(start, n, size)
-        out, lse, count = forward_stats(qs, ks, vs, gs, scale, threshold, segments=split_segments)[:3]
+        out, lse, count = forward_stats(qs, ks, vs, gs, keep=keep, segments=split_segments)[:3]
         parts.append((out.reshape(b, n, h, 1, d), lse.reshape(b, n, h, 1), count.reshape(b, n, h, 1)))
     return parts

@@ -21,6 +21,7 @@ import torch
 
 from ..masks import relative_distance
 from ..varlen import segment_mask
+from .contract import NO_DOCUMENTS, Documents, KeepRule, TrainingAids, fail, shown
 from .naive import dropout_factors, reverse_cumsum, softmax_weights, tra_logits
 
 
@@ -29,35 +30,37 @@ def tra_surrogate(
     k: torch.Tensor,
     v: torch.Tensor,
     log_gate: torch.Tensor,
+    *,
     scale: float,
-    threshold: float,
-    tau: float,
-    logit_dropout: float = 0.0,
-    local_window: int = 0,
-    sliding_window: int = 0,
-    segment_ids: torch.Tensor | None = None,
-    dropout_seed=None,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids,
 ) -> torch.Tensor:
-    """``tra_naive``'s output (and its gradient) plus the surrogate gradient of temperature ``tau`` > 0.
+    """``tra_naive``'s output (and its gradient) plus the surrogate gradient of temperature
+    ``aids.keep_surrogate`` = tau > 0.
 
     The output is exact + (relaxed - relaxed.detach()): the same values as ``tra_naive`` (x - x is 0 for
     the finite ``relaxed``), the exact gradient, and the derivative of the relaxed form with respect to m
-    chained through the sigmoid into q and k. ``logit_dropout`` > 0 drops the logits as ``tra_naive``
-    does (the mask of ``dropout_seed``), and the relaxed form sees the same dropped logits. ``local_window``
-    and ``sliding_window`` change the keep rule as in ``tra_naive``, and so do ``segment_ids`` (B, Sk); a key
-    kept by the local window, or outside the sliding window or the query's document, has no keep decision to
-    relax (its m is constant).
+    chained through the sigmoid into q and k. ``aids.logit_dropout`` > 0 drops the logits as ``tra_naive``
+    does (the mask of ``aids.dropout_seed``), and the relaxed form sees the same dropped logits. The windows
+    of ``keep`` and the ``documents`` change the keep rule as in ``tra_naive``; a key kept by the local window,
+    or outside the sliding window or the query's document, has no keep decision to relax (its m is constant).
     """
-    scores, keep, logits = tra_logits(q, k, log_gate, scale, threshold, local_window, sliding_window, segment_ids)
+    tau = aids.keep_surrogate
+    if not tau:
+        fail("aids.keep_surrogate", shown(tau), "a temperature > 0 (0 is the exact op: tra_naive)", who="tra_surrogate")
+    local_window, sliding_window = keep.windows
+    segment_ids = documents.ids
+    scores, kept, logits = tra_logits(q, k, log_gate, scale, keep.threshold, local_window, sliding_window, segment_ids)
     cdt = logits.dtype
     vc, gc = v.to(cdt), log_gate.to(cdt)
-    drop = dropout_factors(logit_dropout, dropout_seed, logits)
-    exact = softmax_weights(logits, keep, drop) @ vc
+    drop = dropout_factors(aids.logit_dropout, aids.dropout_seed, logits)
+    exact = softmax_weights(logits, kept, drop) @ vc
     # Where the rule does not compare the score (non-causal, outside the sliding window or the document, inside
     # the local window) m is the constant keep bit.
     decided = decided_by_score(scores, local_window, sliding_window, segment_ids)
-    soft = torch.where(decided, torch.sigmoid((scores - threshold) / tau), keep.to(cdt))
-    relaxed = relaxed_attention(scores.detach(), gc.detach(), vc.detach(), keep, soft, drop)
+    soft = torch.where(decided, torch.sigmoid((scores - keep.threshold) / tau), kept.to(cdt))
+    relaxed = relaxed_attention(scores.detach(), gc.detach(), vc.detach(), kept, soft, drop)
     return (exact + (relaxed - relaxed.detach())).to(q.dtype)
 
 

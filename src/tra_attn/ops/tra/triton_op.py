@@ -12,8 +12,9 @@ import torch
 import triton
 
 from .chunked import score_bound
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
 from .dropout import LogitDropout
-from .segments import Segments, segments_of
+from .segments import Segments
 from .triton_kernels import tra_bwd_kernel, tra_fwd_kernel
 
 # Per padded head dim: the key-block width BN (shared, so that both passes visit the same key blocks
@@ -63,17 +64,17 @@ def forward_stats(
     k,
     v,
     log_gate,
+    *,
     scale: float,
-    threshold: float,
-    prune_tau: float | None = None,
-    local_window=0,
-    sliding_window=0,
+    keep: KeepRule,
     segments: Segments | None = None,
+    prune_tau: float | None = None,
 ):
     """Run the forward kernel: (out, lse, kept keys per row, lowest key block visited per query block).
 
-    ``segments`` as ``segments.segments_of`` gives them (or None): keys are kept only in the query's document."""
-    return _forward(q, k, v, log_gate, scale, threshold, prune_tau, local_window, sliding_window, segments)[:4]
+    ``segments``, the per-key and per-query form of the documents (``Documents.segments``, or None): keys are kept
+    only in the query's document. ``split_kv.py`` calls it per split."""
+    return _forward(q, k, v, log_gate, scale, keep.threshold, prune_tau, *keep.windows, segments)[:4]
 
 
 def _forward(
@@ -163,32 +164,27 @@ def tra_triton(
     k,
     v,
     log_gate,
+    *,
     scale: float,
-    threshold: float,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids = NO_AIDS,
     prune_tau: float | None = None,
-    local_window=0,
-    sliding_window=0,
-    segment_ids=None,
-    keep_surrogate: float = 0.0,
-    logit_dropout: float = 0.0,
-    dropout_seed=None,
 ):
     """Fused TRA for q (B,H,Sq,D), k/v (B,H,Sk,D), log_gate (B,H,Sq); output in q's dtype.
 
-    ``segment_ids`` (B, Sk) int32 (``ops/varlen.py``, or None): keys are kept only within the query's document.
-    ``keep_surrogate`` and ``logit_dropout`` (the mask of ``dropout_seed``) as in the op; not with ``prune_tau``."""
-    if prune_tau is not None and (keep_surrogate or logit_dropout):
+    ``keep`` and ``documents`` decide the kept keys (a key of another document or padding is never kept); every
+    aid is served (the keep surrogate, the logit dropout with the mask of ``aids.dropout_seed``), as in the op;
+    neither with ``prune_tau``, the early exit."""
+    if prune_tau is not None and aids.active:
         raise ValueError("tra_triton: prune_tau does not combine with keep_surrogate or logit_dropout")
     if q.numel() == 0:  # no program to launch: an empty output that still joins the graph
         return q * 0
     b, h, sq, _ = q.shape
-    windows = (int(local_window), int(sliding_window))
-    segments = segments_of(segment_ids, sq)
+    segments = documents.segments(sq)
     dropout = None
-    if logit_dropout:
-        dropout = LogitDropout(logit_dropout, dropout_seed, b, h, sq, k.shape[2], q.device)
+    if aids.logit_dropout:
+        dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, k.shape[2], q.device)
         dropout.rows = dropout.rows.reshape(b * h, sq).contiguous()
-    # With threshold -inf every key the rule can keep is kept, and the sigmoid's slope there is 0: nothing to relax.
-    tau = float(keep_surrogate) if threshold != float("-inf") else 0.0
-    training = (tau, dropout)
-    return TritonTRA.apply(q, k, v, log_gate, float(scale), float(threshold), prune_tau, windows, segments, training)
+    training = (aids.surrogate_for(keep), dropout)
+    return TritonTRA.apply(q, k, v, log_gate, float(scale), keep.threshold, prune_tau, keep.windows, segments, training)
