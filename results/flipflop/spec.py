@@ -1,6 +1,6 @@
 """Flip-flop, every attention kind, the TRA ablations, TRA's recommended configuration and randomized positions."""
 
-from tra_attn.experiments.methods import PAPER, RECOMMENDED, RECOMMENDED_SPREAD, RIVALS, kinds, randomized
+from tra_attn.experiments.methods import ABLATIONS, PAPER, RECOMMENDED, RECOMMENDED_SPREAD, RIVALS, randomized
 from tra_attn.experiments.spec import Question
 
 spec = Question(
@@ -8,7 +8,7 @@ spec = Question(
     task="flipflop",
     methods=(
         *PAPER[:1],
-        *kinds("tra_keygate", "tra_nothreshold", "tra_nodistance"),
+        *ABLATIONS,
         *PAPER[1:],
         *RIVALS,
         RECOMMENDED,

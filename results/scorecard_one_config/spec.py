@@ -1,7 +1,7 @@
 """Issue 24: is there one TRA configuration near FoX on text, exact on flip-flop and at 8x on majority, and fitting
 MQAR and hierarchy as often as FoX?"""
 
-from tra_attn.experiments.methods import RECOMMENDED, Method, kinds
+from tra_attn.experiments.methods import NO_THRESHOLD, RECOMMENDED, Method, kinds
 from tra_attn.experiments.spec import Bar, Scorecard
 
 SUITE = ("suite_local_context", "suite")
@@ -11,7 +11,8 @@ spec = Scorecard(
     "on majority, and fitting MQAR and hierarchy as often as FoX?",
     baseline=Method("fox"),
     candidates=(
-        *kinds("tra", "tra_nothreshold"),
+        *kinds("tra"),
+        NO_THRESHOLD,
         Method("tra", options={"local_window": 4}),
         Method("tra", options={"dense_heads": 2, "dense_window": 16}),
         Method("tra", options={"keep_surrogate": 1.0}),

@@ -1,6 +1,6 @@
 """The length-generalisation suite: hierarchy, MQAR, selective copy and majority for the paper's methods."""
 
-from tra_attn.experiments.methods import PAPER, Method, kinds
+from tra_attn.experiments.methods import ABLATIONS, PAPER, Method
 from tra_attn.experiments.spec import Question
 
 spec = Question(
@@ -9,7 +9,7 @@ spec = Question(
     task=("hierarchy", "mqar", "selective_copy", "majority"),
     methods=(
         *PAPER[:1],
-        *kinds("tra_keygate", "tra_nothreshold", "tra_nodistance"),
+        *ABLATIONS,
         *PAPER[1:],
         Method("tra", options={"dense_heads": 1}),
     ),

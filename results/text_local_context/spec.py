@@ -1,13 +1,14 @@
 """Whether a local window, a windowed dense head or a gradient to dropped keys closes TRA's text gap (issue 24)."""
 
-from tra_attn.experiments.methods import RECOMMENDED, Method, kinds
+from tra_attn.experiments.methods import NO_THRESHOLD, RECOMMENDED, Method, kinds
 from tra_attn.experiments.spec import Question
 
 spec = Question(
     title="Text: does a local window, a windowed dense head or a gradient to dropped keys close TRA's gap to FoX?",
     task="lm",
     methods=(
-        *kinds("tra", "fox", "tra_nothreshold"),
+        *kinds("tra", "fox"),
+        NO_THRESHOLD,
         Method("tra", options={"local_window": 2}),
         Method("tra", options={"local_window": 4}),
         Method("tra", options={"dense_heads": 2, "dense_window": 16}),

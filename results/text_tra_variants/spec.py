@@ -1,6 +1,6 @@
 """Why TRA trails FoX on text (issue 13): TRA's variants beside FoX and ALiBi on byte-level Austen."""
 
-from tra_attn.experiments.methods import Method, kinds
+from tra_attn.experiments.methods import NO_THRESHOLD, Method, kinds
 from tra_attn.experiments.spec import Question
 
 spec = Question(
@@ -8,7 +8,8 @@ spec = Question(
     "gate) closes the gap?",
     task="lm",
     methods=(
-        *kinds("tra", "tra_nothreshold"),
+        *kinds("tra"),
+        NO_THRESHOLD,
         Method("tra", options={"threshold": -1.0}),
         Method("tra", options={"threshold": -0.5}),
         Method("tra", options={"dense_heads": 1}),

@@ -93,7 +93,7 @@ def test_train_resume_and_eval_standard_splits(tmp_path, capsys):
 
 def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     """Every kind and ablation at the preset's rate; the runs in the store, their records beside the page."""
-    from tra_attn.experiments.methods import kinds_and_ablations
+    from tra_attn.experiments.flipflop.main_job import METHODS
     from tra_attn.experiments.store import Evidence
 
     out_dir, store = tmp_path / "ff", tmp_path / "store"
@@ -103,7 +103,7 @@ def test_flipflop_main_job_tiny_preset(tmp_path, capsys):
     assert re.search(r"^\| TRA( †)? \| 0.003 \| 2 \|", out, re.M) and re.search(r"^\| NoPE( †)? \|", out, re.M)
     assert out.endswith((out_dir / "README.md").read_text() + "\n") and "Command: `tra flipflop --preset tiny" in out
     evidence = Evidence(out_dir / "runs")
-    assert len(evidence.runs()) == 2 * len(kinds_and_ablations()) == len(list(store.iterdir()))
+    assert len(evidence.runs()) == 2 * len(METHODS) == len(list(store.iterdir()))
     assert (out_dir / "accuracy.png").stat().st_size > 1000
     # Finished runs are reused: a second call trains nothing and writes the same page.
     records = {r: evidence.path(r).read_text() for r in evidence.runs()}

@@ -1,4 +1,5 @@
-"""The Python examples of the README and of docs/model.md run as written (from a temporary working directory)."""
+"""The README: its Python examples (and docs/model.md's) run as written (from a temporary working directory), its
+results table is the overview page's, its counts are the registry's and the records', and it stays short."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tra_attn.experiments.methods import unregister_method
-from tra_attn.layers import unregister_attention
+from tra_attn.layers import ATTENTION_KINDS, unregister_attention
 
 README = Path(__file__).parents[2] / "README.md"
 MODEL_DOC = README.parent / "docs" / "model.md"
@@ -16,7 +16,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 def test_the_readme_has_examples():
-    assert len(BLOCKS) >= 3
+    assert len(BLOCKS) >= 2
 
 
 def test_the_readme_examples_run_in_order(tmp_path, monkeypatch):
@@ -28,7 +28,7 @@ def test_the_readme_examples_run_in_order(tmp_path, monkeypatch):
 
 
 def test_the_model_guide_examples_run_in_order(tmp_path, monkeypatch):
-    """docs/model.md: the config, a drop-in layer, a kind and methods of one's own, and training from Python
+    """docs/model.md: the config, a drop-in layer, a kind and its methods, and training from Python
     (its config is built and checked for real; the 2000-step run itself is not: ``train`` only records it)."""
     import tra_attn.training
 
@@ -42,8 +42,6 @@ def test_the_model_guide_examples_run_in_order(tmp_path, monkeypatch):
         for block in blocks:
             exec(compile(block, str(MODEL_DOC), "exec"), namespace)
     finally:
-        for name in ("mine_hot", "mine_paperblock", "mine"):
-            unregister_method(name)
         unregister_attention("mine")
     assert namespace["MyAttention"](d_model=8, n_heads=2, temperature=2.0).options.temperature == 2.0
     [(config, out)] = trained
@@ -57,3 +55,35 @@ def test_the_quick_start_commands_are_the_ones_ci_runs(command):
     if command.startswith("python -m pytest"):
         ci = (README.parent / ".ci" / "run").read_text()
         assert "ruff check . && python -m pytest -q" in ci and "ruff check . && python -m pytest -q" in text
+
+
+def test_the_readme_is_at_most_220_lines():
+    assert len(README.read_text().splitlines()) <= 220
+
+
+def test_the_results_table_is_the_overview_pages():
+    """One figure per cell, copied from results/overview/README.md (its links made relative to the root)."""
+    page = (README.parent / "results" / "overview" / "README.md").read_text()
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| method |"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    rows = [line.replace("](../", "](results/") for line in lines[start:end]]
+    text = README.read_text()
+    assert "\n".join(rows) in text
+    legend = next(line for line in page.splitlines() if line.endswith("the question does not run the method."))
+    assert legend in text
+
+
+def test_the_counts_are_the_registrys_and_the_records():
+    from tra_attn.experiments.engine import Source, gather
+    from tra_attn.experiments.flipflop.main_job import METHODS, main_job
+    from tra_attn.experiments.store import Evidence, RunStore
+
+    text = " ".join(README.read_text().split())
+    assert f"one of the {len(ATTENTION_KINDS)} registered kinds" in text
+    assert all(f"`{kind}`" in text for kind in ATTENTION_KINDS)
+    assert f"each of the paper's {len(METHODS)} methods" in text and f"each of its {len(METHODS)} methods" in text
+    source = Source(Evidence(README.parent / "results" / "runs"), RunStore(README.parent / "no_store"), train=False)
+    rows = gather(main_job("cpu", (0,)), "flipflop", source).rows
+    minutes = sum(r["value"] for r in rows if r["metric"] == "train_seconds") / 60
+    assert source.missing == [] and f"trained for {minutes:.1f} minutes" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,13 @@ def half_scale_layer():
 
 
 def test_a_kind_registered_in_a_test_file_is_a_method_with_a_derived_label_and_colour(half_scale_layer):
+    from tra_attn.experiments.tables import Legend
+
     method = Method("half_scale_nope", options={"factor": 0.25})
-    assert method.label == "half_scale_nope (factor=0.25)" and method.color in PALETTE
+    assert method.label == "half_scale_nope (factor=0.25)" and method.color == ""
+    legend = Legend([Method("tra"), method, Method("tra", options={"local_window": 4})])
+    assert legend.color("TRA") == "#d62728" and legend.color(method.label) == PALETTE[0]
+    assert legend.color("TRA (local_window=4)") == PALETTE[1]  # each variant its own colour on a page
     assert Method("half_scale_nope").label == "half_scale_nope" and every_kind()[-1] == Method("half_scale_nope")
 
 
@@ -123,8 +129,14 @@ def test_tiny_flipflop_reproduces_the_rows_of_version_0_1(tmp_path, capsys):
     capsys.readouterr()
     evidence = Evidence(tmp_path / "runs")
     got = {}
+    former = {
+        "gate": ("key", "tra_keygate"),
+        "threshold": (-math.inf, "tra_nothreshold"),
+        "distance": (False, "tra_nodistance"),
+    }
     for record in map(evidence.get, evidence.runs()):
-        kind = record.config["model"]["attention"]
+        kind, options = record.config["model"]["attention"], record.config["model"]["attention_options"]
+        kind = next((name for option, (value, name) in former.items() if options.get(option) == value), kind)
         for r in record.rows("sequences=64"):
             got[(kind, r["split"], r["length"], r["metric"])] = (r, record)
     for key, row in expected.items():
@@ -211,9 +223,10 @@ def test_the_model_owns_its_loss_and_chunks_it_exactly(monkeypatch):
 @pytest.mark.parametrize("kind", ["tra", "fox", "tra_keygate"])
 def test_generation_writes_into_one_preallocated_cache(kind, monkeypatch):
     """The cache is allocated once for prompt + new tokens and never copied while decoding."""
+    from tests.conftest import attention_fields
     from tra_attn.layers.cache import LayerCache
 
-    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, attention=kind))
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=32, n_layers=2, n_heads=4, **attention_fields(kind)))
     reserved = []
     original = LayerCache._reserve
 

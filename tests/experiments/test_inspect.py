@@ -19,9 +19,11 @@ from tra_attn.training import TrainConfig, train
 
 @pytest.mark.parametrize("kind", ["tra", "tra_keygate", "tra_nodistance", "tra_nothreshold"])
 def test_the_weights_are_the_layers_own_and_rows_sum_to_one_where_a_key_is_kept(kind):
+    from tests.conftest import attention_fields
+
     torch.manual_seed(0)
     options = {"local_window": 3, "dense_heads": 1, "dense_window": 5} if kind != "tra_nothreshold" else {}
-    model = TransformerLM(ModelConfig(vocab_size=11, d_model=32, n_heads=4, attention=kind, attention_options=options))
+    model = TransformerLM(ModelConfig(vocab_size=11, d_model=32, n_heads=4, **attention_fields(kind, **options)))
     layer = model.double().eval().blocks[0].attn
     x = torch.randn(2, 13, 32, dtype=torch.float64)
     amap = attention_map(layer, x)

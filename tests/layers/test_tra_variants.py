@@ -14,18 +14,17 @@ import pytest
 import torch
 
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
-from tra_attn.experiments.engine import run_comparison, run_config
+from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.flipflop import FLIPFLOP
 from tra_attn.experiments.flipflop.presets import PRESETS
-from tra_attn.experiments.methods import FAMILIES, METHODS, preset_lr, resolve_method
-from tra_attn.experiments.runs import check_methods
+from tra_attn.experiments.methods import Method, every_kind
+from tra_attn.experiments.spec import Question
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
 from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.ops.tra import KeepRule
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
-from tra_attn.utils.rows import read_rows
 
 NO_THRESHOLD = {"threshold": -math.inf}  # the ablation that keeps every causal key (formerly tra_nothreshold)
 # The ablations of the TRA layer that keep its threshold: their options (the former kinds tra_keygate, tra_nodistance).
@@ -265,70 +264,68 @@ def test_bad_dense_heads(overrides, pattern):
         ModelConfig(attention="fox", attention_options={"dense_heads": 1})
 
 
-def test_variants_resolve_to_their_kind_and_fields():
-    assert resolve_method("fox").attention == "fox" and resolve_method("fox").model == {}
-    config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_warmup", 1e-3, 0, None, "cpu")
-    assert config.model.attention == "tra"
-    assert config.model.attention_options.threshold_warmup == METHODS["tra_warmup"].options["threshold_warmup"]
-    config = run_config(FLIPFLOP, PRESETS["tiny"], "tra_paperblock", 1e-3, 0, None, "cpu")
+def tiny_question(*methods):
+    return Question("x?", "flipflop", methods, (0,), lrs=(1e-3,), lrs_source="a test", preset="tiny")
+
+
+def test_a_method_builds_its_kind_with_its_fields():
+    warmup, paper = Method("tra", options={"threshold_warmup": 150}), Method("tra", model={"block_style": "paper"})
+    question = tiny_question(warmup, paper)
+    config = run_config(FLIPFLOP, question, warmup, 1e-3, 0)
+    assert config.model.attention == "tra" and config.model.attention_options.threshold_warmup == 150
+    config = run_config(FLIPFLOP, question, paper, 1e-3, 0)
     assert config.model.block_style == "paper" and config.model.d_model == PRESETS["tiny"].model["d_model"]
-    assert preset_lr({}, None, "tra_gate3") == preset_lr({}, None, "tra") == METHODS["tra"].lr
-    assert (
-        preset_lr({"tra": 5e-3}, 1e-4, "tra_dense1") == 5e-3
-        and preset_lr({"tra_dense1": 2e-3}, None, "tra_dense1") == 2e-3
-    )
-    with pytest.raises(ValueError, match=r"unknown method\(s\) \['tra_sharp'\]; expected names from \[.*tra_warmup"):
-        check_methods(["tra", "tra_sharp"])
 
 
-def test_every_built_in_kind_has_a_row_with_its_own_colour():
-    assert set(ATTENTION_KINDS) <= set(METHODS)
-    assert all(METHODS[kind].attention == kind and not METHODS[kind].options for kind in ATTENTION_KINDS)
-    colours = [METHODS[kind].color for kind in ATTENTION_KINDS]
-    assert None not in colours and len(set(colours)) == len(colours)
+def test_every_built_in_kind_has_its_own_label_and_colour():
+    from tra_attn.experiments.methods import ABLATIONS, KIND_STYLE
+
+    assert set(ATTENTION_KINDS) <= set(KIND_STYLE)
+    methods = [*every_kind(), *ABLATIONS]
+    colours = [m.color for m in methods]
+    assert len(set(colours)) == len(colours) and len({m.label for m in methods}) == len(methods)
 
 
-FAMILY_MEMBERS = ["tra_dense3", "tra_dense1_window8", "tra_local4", "tra_local2_dense1_window16",
-                  "tra_local4_surrogate1", "tra_local8_surrogate0p5", "tra_surrogate0p5", "tra_threshold_m1",
-                  "tra_threshold_0p25"]  # fmt: skip
-VARIANTS = [name for name, row in METHODS.items() if row.is_variant] + FAMILY_MEMBERS
+VARIANTS = [
+    {"dense_heads": 3},
+    {"dense_heads": 1, "dense_window": 8},
+    {"local_window": 4},
+    {"local_window": 2, "dense_heads": 1, "dense_window": 16},
+    {"local_window": 4, "keep_surrogate": 1.0},
+    {"keep_surrogate": 0.5},
+    {"threshold": -1.0},
+    {"gate": "key"},
+    {"threshold": -math.inf},
+    {"distance": False},
+]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_every_variant_builds_a_valid_config_that_differs_from_its_kind(variant):
-    preset = PRESETS["cpu"]
-    kind = resolve_method(variant).attention
-    config, base = (run_config(FLIPFLOP, preset, name, 1e-3, 0) for name in (variant, kind))
-    assert config.to_dict() != base.to_dict()
+@pytest.mark.parametrize("options", VARIANTS, ids=str)
+def test_every_variant_builds_a_valid_config_that_differs_from_its_kind(options):
+    variant, base = Method("tra", options=options), Method("tra")
+    question = Question("x?", "flipflop", (variant, base), (0,))
+    config, plain = (run_config(FLIPFLOP, question, m, 1e-3, 0) for m in (variant, base))
+    assert config.to_dict() != plain.to_dict()
 
 
-def test_every_family_matches_its_own_names_and_only_their_canonical_spelling():
-    assert {pattern for pattern in FAMILIES} >= {"tra_local{w}", "tra_threshold_{t}", "tra_surrogate{tau}"}
-    assert resolve_method("tra_local8").options == {"local_window": 8}
-    assert resolve_method("tra_threshold_m0p5").options == {"threshold": -0.5}
-    assert resolve_method("tra_local4_surrogate0p5").options == {"local_window": 4, "keep_surrogate": 0.5}
-    for spelling in ("tra_local08", "tra_surrogate1p0", "tra_threshold_-1", "tra_local"):
-        with pytest.raises(ValueError, match=rf"method '{re.escape(spelling)}'; expected a name from"):
-            resolve_method(spelling)
-    assert FAMILIES["tra_threshold_{t}"].name(t=-0.5) == "tra_threshold_m0p5"
+def test_a_variant_runs_in_a_question(tmp_path, capsys):
+    from tests.questions import write_question
+    from tra_attn.cli import main
+    from tra_attn.experiments.store import Evidence
 
-
-def test_names_written_before_they_had_to_be_identifiers_resolve_to_the_same_method():
-    old = resolve_method("tra_threshold-0.5")
-    assert old.name == old.label == "tra_threshold-0.5" and old.options == {"threshold": -0.5}
-    assert preset_lr({"tra_threshold_m0p5": 7e-3}, None, "tra_threshold-0.5") == 7e-3
-    assert resolve_method("tra_surrogate0.5").options == resolve_method("tra_surrogate0p5").options
-
-
-def test_a_variant_runs_as_a_method_of_a_comparison(tmp_path):
-    out = run_comparison(FLIPFLOP, "tiny", methods=["tra", "tra_threshold_m1"], out=tmp_path, progress=False)
-    rows = read_rows(out / "results.jsonl")
-    assert {r["method"] for r in rows} == {"tra", "tra_threshold_m1"}
-    thresholds = {r["config"]["model"]["attention_options"]["threshold"] for r in rows if r["method"] != "tra"}
-    assert thresholds == {-1.0}
-    page = (out / "results.md").read_text()
-    assert re.search(r"\| tra_threshold_m1( †)? \| 0\.003 \| 1 \|", page)
-    assert "| tra_threshold_m1 | TRA | threshold -1 instead of 0 | `tra_threshold=-1.0` |" in page
+    folder = write_question(tmp_path, "flipflop", kinds=("tra",), lrs=(3e-3,))
+    spec = folder / "spec.py"
+    spec.write_text(spec.read_text().replace("methods=kinds(*('tra',)),", "methods=(*kinds('tra'), Method('tra', "
+                                             "options={'threshold': -1.0})),").replace(
+        "import kinds", "import Method, kinds"))  # fmt: skip
+    assert main([str(a) for a in ["run", folder, "--store", tmp_path / "store", "--no-progress", "--no-plots"]]) == 0
+    capsys.readouterr()
+    evidence = Evidence(folder.parent / "runs")
+    thresholds = {evidence.get(r).config["model"]["attention_options"]["threshold"] for r in evidence.runs()}
+    assert thresholds == {0.0, -1.0}
+    page = (folder / "README.md").read_text()
+    assert re.search(r"\| TRA \(threshold=-1\)( †)? \| 0\.003 \| 1 \|", page)
+    assert "| TRA (threshold=-1) | `tra` | threshold=-1 | 0.003 (given) |" in page
 
 
 def test_the_threshold_shift_acts_in_training_forwards_only():

@@ -81,10 +81,11 @@ def add_flipflop_command(sub: argparse._SubParsersAction) -> None:
     presets = ", ".join(f"{name} ({p.description})" for name, p in FLIPFLOP.presets.items())
     fp = sub.add_parser(
         "flipflop",
-        help="the main job: every attention kind and TRA ablation on flip-flop, trained to fit, tested to 8x",
-        description="Train every attention kind and TRA ablation on flip-flop at the preset's validated learning "
-        "rates, evaluate each on every test split and write OUT/README.md with its plot (experiments/flipflop). "
-        "Runs live in the store; resumable.",
+        help="the main job: TRA, its ablations and the paper's baselines on flip-flop, trained to fit, tested to 8x",
+        description="Train TRA, its three ablations and the paper's baselines (NoPE, RoPE, ALiBi, FoX, CoPE) on "
+        "flip-flop at the preset's validated learning rates, evaluate each on every test split and write "
+        "OUT/README.md with its plot (experiments/flipflop/main_job.py; every kind, three seeds: tra run "
+        "results/flipflop). Runs live in the store; resumable.",
         formatter_class=HelpFormatter,
     )
     fp.add_argument("--preset", default="cpu", choices=list(FLIPFLOP.presets), help=presets.replace("%", "%%"))

@@ -9,7 +9,6 @@ fields. A kind registered in ``layers/`` (a user's own) is a method as soon as a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -21,9 +20,6 @@ from ..training import TrainConfig
 # How pages show each built-in kind: its label and colour, in the order tables list them.
 KIND_STYLE = {
     "tra": ("TRA", "#d62728"),
-    "tra_keygate": ("TRA, gate at key", "#ff9896"),
-    "tra_nothreshold": ("TRA, no threshold", "#e377c2"),
-    "tra_nodistance": ("TRA, no distance", "#8c564b"),
     "nope": ("NoPE", "#7f7f7f"),
     "rope": ("RoPE", "#1f77b4"),
     "alibi": ("ALiBi", "#2ca02c"),
@@ -36,11 +32,12 @@ KIND_STYLE = {
     "ssmax": ("SSMax", "#637939"),
     "asentmax": ("ASEntmax", "#17becf"),
 }
-# tab20's colours: a method without a colour of its own (a variant, a user's kind) gets one, chosen by its label.
-PALETTE = (
-    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
-    "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
-)  # fmt: skip
+# tab20b's colours but the kinds': a method without a colour of its own (a variant, a user's kind) gets the next
+# of them on its page (tables.Legend).
+PALETTE = tuple(c for c in (
+    "#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c", "#8c6d31", "#bd9e39",
+    "#e7ba52", "#e7cb94", "#843c39", "#ad494a", "#d6616b", "#e7969c", "#7b4173", "#a55194", "#ce6dbd", "#de9ed6",
+) if c not in {color for _, color in KIND_STYLE.values()})  # fmt: skip
 # Fields a method may not set: the question and the task decide them, or they are the kind itself.
 QUESTION_FIELDS = {"task", "task_args", "model", "lr", "seed", "device", "steps", "fit_accuracy"}
 KIND_FIELDS = {"attention", "attention_options", "vocab_size", "tokenizer"}
@@ -67,7 +64,8 @@ def _check_fields(name: str, given: dict, config_class, refused: set[str], kind:
 class Method:
     """``kind`` with ``options`` (the kind's), ``model`` (ModelConfig fields) and ``train`` (TrainConfig fields: the
     training aids, such as ``length_spread``) changed from the question's preset. ``lrs``: its own learning-rate
-    grid, where it is not the question's. ``label`` and ``color``: how pages show it (derived when empty)."""
+    grid, where it is not the question's. ``label`` and ``color``: how pages show it (derived when empty: the label
+    from what it changes, the colour its kind's, or for a variant one of ``PALETTE`` that its page assigns)."""
 
     kind: str
     options: dict = field(default_factory=dict)
@@ -95,11 +93,8 @@ class Method:
         object.__setattr__(self, "lrs", lrs)
         if not self.label:
             object.__setattr__(self, "label", self.derived_label())
-        if not self.color:
-            plain = not (self.options or self.model or self.train)
-            style = KIND_STYLE.get(self.kind)
-            digest = hashlib.sha1(self.label.encode()).digest()
-            object.__setattr__(self, "color", style[1] if plain and style else PALETTE[digest[0] % len(PALETTE)])
+        if not self.color and not (self.options or self.model or self.train) and self.kind in KIND_STYLE:
+            object.__setattr__(self, "color", KIND_STYLE[self.kind][1])  # a plain kind's; a variant's: its page's
 
     def derived_label(self) -> str:
         """The kind's label, then what the method changes: ``TRA (local_window=4; length_spread=0.75)``."""
@@ -158,14 +153,12 @@ def every_kind() -> list[Method]:
     return [Method(kind) for kind in kinds]
 
 
-# The TRA ablations, each one ingredient removed or moved (docs/model.md).
-ABLATIONS: tuple[Method, ...] = ()
+# The TRA ablations, each one ingredient of TRA removed or moved (docs/model.md): options of the tra kind.
+GATE_AT_KEY = Method("tra", options={"gate": "key"}, label="TRA, gate at key", color="#ff9896")
+NO_THRESHOLD = Method("tra", options={"threshold": -math.inf}, label="TRA, no threshold", color="#e377c2")
+NO_DISTANCE = Method("tra", options={"distance": False}, label="TRA, no distance", color="#8c564b")
+ABLATIONS = (GATE_AT_KEY, NO_THRESHOLD, NO_DISTANCE)
 
-
-def kinds_and_ablations() -> list[Method]:
-    """Every registered kind, unchanged, and the TRA ablations: the methods of the main job."""
-    kinds = every_kind()
-    return kinds[:1] + list(ABLATIONS) + kinds[1:]
 
 
 def kinds(*names: str) -> tuple[Method, ...]:

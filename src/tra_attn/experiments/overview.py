@@ -8,11 +8,10 @@ fit. A row may be a Method (found in each question by what it trains) or a label
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 
 from .fit import steps_to_fit, unfit_methods
-from .scorecard import found_in
+from .scorecard import bar_rows
 from .spec import Column, Overview, row_label
 
 
@@ -56,33 +55,38 @@ def cell(column: Column, rows: list[dict], label: str) -> str:
 
 def overview_rows(overview: Overview, source, device: str = "cpu") -> tuple[list[list[str]], set[str]]:
     """Per row, its cells; and the commits of the rows read."""
-    from .engine import gather
-
     by_column, commits = [], set()
     for column in overview.columns:
-        methods = [m for m in (found_in(column.question, r) for r in overview.rows) if m is not None]
-        rows = []
-        if methods:
-            question = dataclasses.replace(column.question, methods=tuple(methods))
-            results = gather(question, question.tasks[0], source, device)
-            rows, commits = results.rows, commits | {r["commit"] for r in results.rows + results.sweep}
+        rows, sweep = bar_rows(overview.rows, column.bar, source, device)
         by_column.append(rows)
+        commits |= {r["commit"] for r in rows + sweep}
     table = [[cell(c, rows, row_label(r)) for c, rows in zip(overview.columns, by_column)] for r in overview.rows]
     return table, commits
 
 
 def overview_lines(overview: Overview, table: list[list[str]]) -> list[str]:
     """The table (its header links each column's question) and its legend."""
-    header = " | ".join(f"[{c.title}](../{c.name}/README.md)" for c in overview.columns)
+    header = " | ".join(f"[{c.title}](../{c.names[0]}/README.md)" for c in overview.columns)
     lines = [f"| method | {header} |", "|---" * (len(overview.columns) + 1) + "|"]
     lines += [f"| {row_label(r)} | " + " | ".join(cells) + " |" for r, cells in zip(overview.rows, table)]
-    legend = {
-        "longest": "at the question's longest test length (mean over seeds; full-sequence accuracy, or bits per byte "
-        "for text)",
-        "first": "at the training length (mean over seeds)",
-        "fitted": "seeds that fitted the task within the step cap, of those trained",
-    }
-    lines += ["", "Columns: " + "; ".join(f"{c.title}: {legend[c.figure]}" for c in overview.columns) + ". "
-              "† the method did not fit the task in every seed (its accuracy off the training distribution is "
-              "no evidence about generalisation); n/a: the question does not run the method."]  # fmt: skip
+    lines += ["", legend(overview)]
     return lines
+
+
+def legend(overview: Overview) -> str:
+    """What the columns show, each kind of figure once."""
+    meaning = {
+        "longest": "the mean over seeds at the question's longest test length (full-sequence accuracy; bits per "
+        "byte for text)",
+        "first": "the mean over seeds at the training length (bits per byte for text)",
+        "fitted": "the seeds that fitted the task within the step cap, of those trained",
+    }
+    parts = []
+    for figure, text in meaning.items():
+        titles = [c.title for c in overview.columns if c.figure == figure]
+        if titles:
+            parts.append(f"{', '.join(titles)}: {text}")
+    return (
+        "; ".join(parts) + ". † the method did not fit the task in every seed (its accuracy off the training "
+        "distribution is no evidence about generalisation); n/a: the question does not run the method."
+    )

@@ -157,7 +157,8 @@ def page_of(spec, folder: Path, source: Source, command: str, plots: bool = True
     else:
         assert isinstance(spec, Overview)
         for column in spec.columns:
-            check_question(column.question)
+            for question in column.bar.questions:
+                check_question(question)
         table, commits = overview_rows(spec, source, device)
         if source.missing:
             return Page(page, "", source.missing, source.seen)

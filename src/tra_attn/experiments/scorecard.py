@@ -77,12 +77,13 @@ def found_in(question: Question, row: Method | str) -> Method | None:
     return None
 
 
-def bar_rows(card: Scorecard, bar: Bar, source, device: str = "cpu") -> tuple[list[dict], list[dict]]:
-    """(rows, sweep rows) of the scorecard's rows on the bar: each from the first of its questions that runs it."""
+def bar_rows(wanted, bar: Bar, source, device: str = "cpu") -> tuple[list[dict], list[dict]]:
+    """(rows, sweep rows) of the methods or labels ``wanted`` on the bar: each from the first of its questions that
+    runs it."""
     rows, sweep, placed = [], [], set()
     for question in bar.questions:
         methods = []
-        for row in card.rows:
+        for row in wanted:
             method = found_in(question, row)
             if method is not None and method.label not in placed:
                 methods.append(method)
@@ -135,7 +136,7 @@ def scorecard(card: Scorecard, source, device: str = "cpu") -> tuple[list[str], 
     columns, checks, commits = [], [], set()
     baseline = row_label(card.baseline)
     for bar in card.bars:
-        rows, sweep = bar_rows(card, bar, source, device)
+        rows, sweep = bar_rows(card.rows, bar, source, device)
         commits |= {r["commit"] for r in rows + sweep}
         title, check = column(bar, rows, baseline)
         columns.append(title)

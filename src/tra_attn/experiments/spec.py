@@ -161,8 +161,8 @@ class Bar:
 
     @property
     def name(self) -> str:
-        """How the scorecard's columns name the bar: the task."""
-        return self.task
+        """How the scorecard's columns name the bar: its question, or the task when it reads several."""
+        return self.names[0] if len(self.names) == 1 else self.task
 
 
 def row_label(method: Method | str) -> str:
@@ -203,22 +203,24 @@ class Scorecard:
 
 @dataclass(frozen=True)
 class Column:
-    """``figure`` of the question ``name`` (a sibling folder): ``longest`` (full-sequence accuracy, or bits per
-    byte for text, at the longest test length: the task's first split there, averaged over the passkey's
-    depths), ``first`` (the same at the training length) or ``fitted`` (seeds fitted of those trained)."""
+    """``figure`` on ``task`` of the questions ``names`` (sibling folders; each method from the first that runs
+    it, as a scorecard's bar reads them): ``longest`` (full-sequence accuracy, or bits per byte for text, at the
+    longest test length: the task's first split there, averaged over the passkey's depths), ``first`` (the same
+    at the training length) or ``fitted`` (seeds fitted of those trained)."""
 
-    name: str
+    names: str | tuple[str, ...]
     figure: str
     title: str
-    question: Question = field(init=False)
+    task: str | None = None
+    bar: Bar = field(init=False)
 
     def __post_init__(self):
         if self.figure not in FIGURES:
             raise ValueError(f"Column.figure = {self.figure!r}; expected one of {FIGURES}")
-        question = load_question(self.name)
-        if len(question.tasks) != 1:
-            raise ValueError(f"Column({self.name!r}): expected a question of one task")
-        object.__setattr__(self, "question", question)
+        bar = Bar("fits", self.names, task=self.task)  # the same reading of one or more questions
+        object.__setattr__(self, "bar", bar)
+        object.__setattr__(self, "names", bar.names)
+        object.__setattr__(self, "task", bar.task)
 
 
 @dataclass(frozen=True)

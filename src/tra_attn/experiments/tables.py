@@ -7,7 +7,7 @@ import math
 import statistics as stats
 from collections import defaultdict
 
-from .methods import shown
+from .methods import PALETTE, shown
 from .store import DIVERGED
 
 
@@ -17,6 +17,9 @@ class Legend:
 
     def __init__(self, methods):
         self.methods = {m.label: m for m in methods}
+        uncoloured = [label for label, m in self.methods.items() if not m.color]
+        self.colors = {label: m.color for label, m in self.methods.items() if m.color}
+        self.colors |= {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(uncoloured)}
 
     def order(self, labels) -> list[str]:
         """``labels`` in the question's order (any other name after, alphabetically)."""
@@ -24,8 +27,8 @@ class Legend:
         return [m for m in self.methods if m in labels] + sorted(labels - set(self.methods))
 
     def color(self, label: str) -> str | None:
-        method = self.methods.get(label)
-        return method.color if method else None
+        """The method's colour: its own, its kind's, or the next palette colour on this page."""
+        return self.colors.get(label)
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

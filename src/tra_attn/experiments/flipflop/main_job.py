@@ -1,13 +1,15 @@
-"""The main job (``tra flipflop``): every attention kind and TRA ablation on flip-flop, at the preset's rates."""
+"""The main job (``tra flipflop``): the TRA paper's comparison on flip-flop, each method at the preset's rate."""
 
 from __future__ import annotations
 
-from ..methods import kinds_and_ablations
+from ..methods import ABLATIONS, PAPER
 from ..spec import Question
 
-TITLE = "Flip-flop: which attention kinds stay exact at 8x the training length and at other densities?"
+TITLE = "Flip-flop: do TRA, its ablations and the paper's baselines stay exact at 8x the training length?"
+METHODS = (*PAPER[:1], *ABLATIONS, *PAPER[1:])  # TRA, its three ablations, NoPE, RoPE, ALiBi, FoX, CoPE
 
 
 def main_job(preset: str = "cpu", seeds: tuple[int, ...] = (0,)) -> Question:
-    """The question ``tra flipflop`` answers: each method at the preset's validated learning rate."""
-    return Question(TITLE, "flipflop", tuple(kinds_and_ablations()), seeds, preset=preset)
+    """The question ``tra flipflop`` answers: the paper's methods, each at the preset's validated learning rate
+    (every kind and more methods, three seeds: ``results/flipflop``)."""
+    return Question(TITLE, "flipflop", METHODS, seeds, preset=preset)

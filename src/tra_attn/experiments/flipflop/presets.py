@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from ..fit import FIT_ACCURACY
-from ..methods import Method
+from ..methods import GATE_AT_KEY, NO_DISTANCE, NO_THRESHOLD, Method
 from ..preset import Preset
 
 TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read
 
 # The cpu preset's validated rates (results/flipflop).
 CPU_RATES = {
-    Method(kind): lr
-    for kind, lr in {
+    **{GATE_AT_KEY: 1e-3, NO_THRESHOLD: 1e-3, NO_DISTANCE: 1e-3},
+    **{Method(kind): lr for kind, lr in {
         "tra": 1e-3,
-        "tra_keygate": 1e-3,
-        "tra_nothreshold": 1e-3,
-        "tra_nodistance": 1e-3,
         "nope": 1e-3,
         "rope": 3e-3,
         "alibi": 1e-3,
@@ -27,8 +24,8 @@ CPU_RATES = {
         "stickbreaking": 1e-3,
         "ssmax": 1e-3,
         "asentmax": 1e-3,
-    }.items()
-}
+    }.items()},
+}  # fmt: skip
 
 PRESETS = {
     # Trained to fit (validation full-sequence accuracy 0.99, checked every 100 steps) within 2000 steps. Every

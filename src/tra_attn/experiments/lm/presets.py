@@ -3,7 +3,7 @@ tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
-from ..methods import Method
+from ..methods import NO_THRESHOLD, Method
 from ..preset import Preset
 
 SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
@@ -12,8 +12,9 @@ SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 CPU_RATES = {
     **{Method(kind): lr for kind, lr in {
         "tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3, "t5": 3e-3, "fire": 3e-3,
-        "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 1e-3, "asentmax": 1e-3, "tra_nothreshold": 3e-3,
+        "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 1e-3, "asentmax": 1e-3,
     }.items()},
+    NO_THRESHOLD: 3e-3,
     Method("tra", options={"threshold": -0.5}): 3e-3,
     Method("tra", options={"threshold": -1.0}): 1e-3,
     Method("tra", options={"dense_heads": 1}): 1e-3,
