@@ -160,7 +160,6 @@ NO_DISTANCE = Method("tra", options={"distance": False}, label="TRA, no distance
 ABLATIONS = (GATE_AT_KEY, NO_THRESHOLD, NO_DISTANCE)
 
 
-
 def kinds(*names: str) -> tuple[Method, ...]:
     """Each named kind, unchanged."""
     return tuple(Method(name) for name in names)
