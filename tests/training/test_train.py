@@ -18,10 +18,13 @@ from safetensors.torch import load_file
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
-from tra_attn.training.config import migrate
+from tra_attn.training.config import VERSION
 from tra_attn.training.divergence import TrainingDiverged
 from tra_attn.training.loop import accumulate_gradients, inputs_and_labels, training_batch
 from tra_attn.training.optim import learning_rate
+from tra_attn.upgrade.configs import upgrade_train_config
+from tra_attn.upgrade.files import upgrade
+from tra_attn.utils.dataclass_io import OldVersion
 from tra_attn.utils.jsonl import read_jsonl
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -183,7 +186,7 @@ def test_gradient_accumulation_gives_the_gradient_of_the_whole_batch():
 
 
 def resume_fixture(run: Path) -> Path:
-    """Resume ``run``, a copy of the 0.1.0 fixture (its config migrated on load); the last checkpoint."""
+    """Resume ``run``, a copy of the 0.1.0 fixture converted by ``tra upgrade``; the last checkpoint."""
     saved = json.loads((run / "train_config.json").read_text())
     return train(TrainConfig.from_dict(saved), run, resume=True, progress=False)
 
@@ -215,8 +218,13 @@ def test_a_checkpoint_written_by_version_0_1_resumes_exactly_here_and_to_fp32_re
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     for run in (straight, stopped):
         shutil.copytree(FIXTURES / "v0_1_run", run)
-    saved = json.loads((straight / "train_config.json").read_text())
-    assert "version" not in saved and "p_ignore" in saved  # a version-1 config
+        saved = json.loads((run / "train_config.json").read_text())
+        assert "version" not in saved and "p_ignore" in saved  # a version-1 config
+        with pytest.raises(OldVersion, match=r"TrainConfig version 1, written by an earlier version .*`tra upgrade"):
+            resume_fixture(run)
+        with pytest.raises(OldVersion, match=rf"{run}/checkpoints/step_0000002/train_config\.json: TrainConfig v"):
+            load_train_state(run / "checkpoints" / "step_0000002")
+        assert len(upgrade(run)) == 3  # the run's train_config.json, its checkpoint's and its config.json
     got = TransformerLM.from_pretrained(resume_fixture(straight)).state_dict()
     sigint_during(monkeypatch, torch.optim.AdamW, "step", 1)  # in step 3: it finishes, is saved, and stops
     with pytest.raises(KeyboardInterrupt):
@@ -230,7 +238,7 @@ def test_a_checkpoint_written_by_version_0_1_resumes_exactly_here_and_to_fp32_re
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=ANOTHER_MACHINE_ATOL, msg=name)
         assert (expected[name] - start[name]).abs().max() > 100 * ANOTHER_MACHINE_ATOL  # the steps moved it
-    assert json.loads((straight / "train_config.json").read_text())["version"] == 6
+    assert json.loads((straight / "train_config.json").read_text())["version"] == VERSION
 
 
 def test_resume_with_a_different_config_is_refused(tmp_path):
@@ -283,23 +291,27 @@ def test_bad_train_config(overrides, pattern):
 def test_train_config_round_trips_through_json_and_is_strict():
     config = tiny()
     data = json.loads(json.dumps(config.to_dict()))
-    assert data["version"] == 6 and TrainConfig.from_dict(data) == config
+    assert data["version"] == VERSION and TrainConfig.from_dict(data) == config
     with pytest.raises(ValueError, match=r"unknown fields \['epochs'\]"):
         TrainConfig.from_dict({**data, "epochs": 3})
     without_lr = {k: v for k, v in data.items() if k != "lr"}
     with pytest.raises(ValueError, match=r"missing fields \['lr'\]"):
         TrainConfig.from_dict(without_lr)
     assert TrainConfig.from_dict(without_lr, partial=True).lr == 1e-3
-    with pytest.raises(ValueError, match=r"version = 7; expected a version from 1 to 6"):
-        TrainConfig.from_dict({**data, "version": 7})
+    with pytest.raises(ValueError, match=rf"version = {VERSION + 1}; expected {VERSION} \(newer files need a newer"):
+        TrainConfig.from_dict({**data, "version": VERSION + 1})
+    with pytest.raises(OldVersion, match=rf"TrainConfig version 5, written by an earlier version of tra; expected "
+                       rf"version {VERSION}: convert it with `tra upgrade PATH`"):  # fmt: skip
+        TrainConfig.from_dict({**data, "version": 5})
 
 
-def test_version_1_configs_migrate():
+def test_version_1_configs_upgrade():
     v1 = json.loads((FIXTURES / "v0_1_run" / "train_config.json").read_text())
-    v2 = migrate(v1)
-    assert v2["task_args"] == {"p_ignore": 0.8, "final_read": True}
-    assert v2["grad_accum"] == 1 and v2["compile"] is False and "p_ignore" not in v2
-    assert TrainConfig.from_dict(v1).to_dict()["task_args"] == v2["task_args"]
+    current = upgrade_train_config(v1)
+    assert current["task_args"] == {"p_ignore": 0.8, "final_read": True} and current["version"] == VERSION
+    assert current["grad_accum"] == 1 and current["compile"] is False and "p_ignore" not in current
+    assert upgrade_train_config(current) == current  # a current dict is left as it is
+    assert TrainConfig.from_dict(current).task_args == current["task_args"]
 
 
 def test_bad_devices_are_refused_before_any_work(tmp_path):

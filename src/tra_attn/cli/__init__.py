@@ -31,6 +31,7 @@ from .checkpoints import add_convert_command, add_eval_command, add_inspect_comm
 from .lm import add_lm_command
 from .run import add_flipflop_command, add_run_command
 from .train import add_data_command, add_train_command
+from .upgrade import add_upgrade_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flipflop_command(sub)
     add_lm_command(sub)
     add_convert_command(sub)
+    add_upgrade_command(sub)
     return parser
 
 

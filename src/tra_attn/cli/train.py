@@ -11,10 +11,13 @@ from pathlib import Path
 from ..data import TASKS, absolute_task_args, check_scored, make_task
 from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
-from ..models.config import LEGACY_TRA_KINDS, legacy_kind_error, migrate_tra_ablation
-from ..training.config import TrainConfig, check_seed, migrate
+from ..models.config import LEGACY_TRA_KINDS, legacy_kind_error
+from ..models.config import VERSION as ModelConfig_VERSION
+from ..training.config import VERSION as TrainConfig_VERSION
+from ..training.config import TrainConfig, check_seed
 from ..utils.atomic import make_directory
 from ..utils.cli_help import HelpFormatter
+from ..utils.dataclass_io import current_fields
 from ..utils.memory import check_memory
 from ..utils.os_errors import writing
 from .args import finite_float
@@ -128,13 +131,14 @@ def _read_config_file(path: Path) -> dict:
 
 
 def config_from_args(args) -> TrainConfig:
-    data = migrate(_read_config_file(args.config)) if args.config else {}
+    data = _read_config_file(args.config) if args.config else {}
+    if args.config:  # a file of an earlier version: `tra upgrade` converts it
+        data = current_fields("TrainConfig", data, TrainConfig_VERSION, f"--config {args.config}", partial=True)
     model = data.pop("model", {})
     if not isinstance(model, dict):
         raise ValueError(f"ModelConfig: got {type(model).__name__} in --config; expected a JSON object of fields")
-    model = dict(model)
-    if model.get("version", 1) in range(1, 8):  # the file's former TRA ablation kind is TRA with an option
-        model = migrate_tra_ablation(model)  # (before the flags, which then apply to it)
+    if args.config:
+        model = current_fields("ModelConfig", model, ModelConfig_VERSION, f"--config {args.config}", partial=True)
     file_kind = model.get("attention", "tra")
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:

@@ -195,7 +195,7 @@ class Source:
         saved = directory / TRAIN_CONFIG_NAME
         if not saved.is_file():
             return run.config
-        config = TrainConfig.from_dict(json.loads(saved.read_text()))
+        config = TrainConfig.from_dict(json.loads(saved.read_text()), where=saved)
         if run_id(config) != run.id:
             raise ValueError(f"{directory} holds a run of another config; expected run {run.id} (remove the folder)")
         return config

@@ -46,7 +46,7 @@ def load(checkpoint) -> tuple[TransformerLM, TrainConfig, Path]:
     path = resolve_checkpoint(checkpoint)
     if not (path / TRAIN_CONFIG_NAME).is_file():
         raise ValueError(f"--checkpoint {path}: no {TRAIN_CONFIG_NAME}; expected a checkpoint of a training run")
-    config = TrainConfig.from_dict(json.loads((path / TRAIN_CONFIG_NAME).read_text()))
+    config = TrainConfig.from_dict(json.loads((path / TRAIN_CONFIG_NAME).read_text()), where=path / TRAIN_CONFIG_NAME)
     model = TransformerLM.from_pretrained(path).double().eval()
     if not any(isinstance(block.attn, TRAAttention) for block in model.blocks):
         raise ValueError(f"--checkpoint {path}: attention = {config.model.attention!r}; expected a TRA kind")

@@ -2,9 +2,9 @@
 
 The fields are copied from the ``ModelConfig`` dataclass when this module is imported, so the two
 can never drift apart; ``to_model_config`` validates them through ``ModelConfig`` itself. The attention
-kind's options are one field, ``attention_options`` (a dict in the JSON); a folder written by 0.2, whose
-config holds them as flat fields, is read into it (``LEGACY_OPTIONS``), and a folder whose ``attention`` names a
-former TRA ablation kind is read as TRA with that ablation's option (``migrate_tra_ablation``).
+kind's options are one field, ``attention_options`` (a dict in the JSON). A folder written by an earlier
+version (0.2's flat option fields, a former TRA ablation kind) is refused naming ``tra upgrade``, which
+converts it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import dataclasses
 
 from transformers import PreTrainedConfig
 
-from ..models.config import LEGACY_OPTIONS, ModelConfig, fold_legacy_options, migrate_tra_ablation
+from ..models.config import ModelConfig
 from ..models.io import HF_MODEL_TYPE as MODEL_TYPE
+from ..models.io import check_hf_fields
 from .tokenization import special_token_ids
 
 
@@ -41,14 +42,8 @@ class TRAConfig(PreTrainedConfig):
     use_cache: bool = True  # generate() decodes with the KV cache
 
     def __post_init__(self, **kwargs):
-        """Options given as 0.2's flat fields join ``attention_options``; a former TRA ablation kind becomes TRA
-        with its option."""
-        legacy = {name: kwargs.pop(name) for name in LEGACY_OPTIONS if name in kwargs}
-        if legacy:
-            given = {"attention": self.attention, "attention_options": self.attention_options, **legacy}
-            self.attention_options = fold_legacy_options(given)["attention_options"]
-        current = migrate_tra_ablation({"attention": self.attention, "attention_options": self.attention_options})
-        self.attention, self.attention_options = current["attention"], current["attention_options"]
+        """Refuses the fields of an earlier version (``tra upgrade`` converts its folder)."""
+        check_hf_fields({**kwargs, "attention": self.attention}, "the Hugging Face config")
         super().__post_init__(**kwargs)
 
     def to_model_config(self) -> ModelConfig:

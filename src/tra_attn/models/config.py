@@ -12,128 +12,25 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..layers import ATTENTION_KINDS, KindOptions, attention_kind, check_model_config
-from ..utils.dataclass_io import dataclass_from_dict, split_version
+from ..layers import KindOptions, attention_kind, check_model_config
+from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
 VERSION = 8
 
-# Version 6 and earlier kept every kind's options as flat fields of the model config: flat name -> option.
-LEGACY_OPTIONS = {
-    "tra_threshold": "threshold",
-    "tra_impl": "impl",
-    "tra_learned_temperature": "learned_temperature",
-    "tra_dense_heads": "dense_heads",
-    "tra_local_window": "local_window",
-    "tra_dense_window": "dense_window",
-    "tra_threshold_warmup": "threshold_warmup",
-    "tra_keep_surrogate": "keep_surrogate",
-    "rope_base": "base",
-    "cope_max_pos": "max_pos",
-    "gate_bias_init": "gate_bias_init",
-}
-
-
-# Up to version 7 the TRA ablations were kinds of their own; since version 8 they are options of "tra". Each former
-# kind: the options of "tra" it stands for, and the options it declared (those of "tra" at version 7 it honoured).
-_LEGACY_TRA_OPTIONS = (
-    "threshold", "impl", "learned_temperature", "dense_heads", "local_window", "dense_window", "threshold_warmup",
-    "keep_surrogate", "gate_bias_init", "threshold_shift", "keep_penalty", "keep_margin",
-)  # fmt: skip
-LEGACY_TRA_KINDS = {
-    "tra_keygate": ({"gate": "key"}, tuple(o for o in _LEGACY_TRA_OPTIONS if o not in ("impl", "keep_surrogate"))),
-    "tra_nothreshold": ({"threshold": -math.inf}, ("impl", "learned_temperature", "gate_bias_init")),
-    "tra_nodistance": ({"distance": False}, tuple(o for o in _LEGACY_TRA_OPTIONS if o != "gate_bias_init")),
-}
-
-
-def migrate_tra_ablation(data: dict) -> dict:
-    """A version-7 (or older) config dict whose ``attention`` names a former TRA ablation kind, as the TRA kind with
-    the option values that ablation is now (``LEGACY_TRA_KINDS``), its other options kept; any other dict as it is.
-
-    ``tra_keygate`` -> ``attention = "tra"`` with ``gate = "key"``; ``tra_nothreshold`` -> ``threshold = -inf``;
-    ``tra_nodistance`` -> ``distance = False``. The layer of each computes what the former kind's layer computed,
-    with the same parameters (state-dict keys) and the same outputs. Options that are not a dict are left for
-    ModelConfig to refuse by name.
-    """
-    if data.get("attention") not in LEGACY_TRA_KINDS:
-        return data
-    ablation, _ = LEGACY_TRA_KINDS[data["attention"]]
-    options = data.get("attention_options")
-    options = {} if options is None else options
-    if isinstance(options, dict):
-        options = {**options, **ablation}
-    return {**data, "attention": "tra", "attention_options": options}
+# Until ModelConfig version 8 the TRA ablations were kinds of their own; they are options of "tra" now (a config
+# naming one is converted by `tra upgrade`, tra_attn/upgrade/configs.py).
+LEGACY_TRA_KINDS = {"tra_keygate": {"gate": "key"}, "tra_nothreshold": {"threshold": -math.inf},
+                    "tra_nodistance": {"distance": False}}  # fmt: skip
 
 
 def legacy_kind_error(attention: str) -> str:
-    """The refusal of ``attention``, a former TRA ablation kind, where a current config names it."""
-    options = ", ".join(f"{k} = {v!r}" for k, v in LEGACY_TRA_KINDS[attention][0].items())
+    """The refusal of ``attention``, a former TRA ablation kind, where a config names it."""
+    options = ", ".join(f"{k} = {v!r}" for k, v in LEGACY_TRA_KINDS[attention].items())
     return (
         f"ModelConfig.attention = {attention!r}; expected 'tra' with the option {options} (the TRA ablations are "
-        f"options of 'tra' since ModelConfig version 8; a saved config naming the former kind is converted when it "
-        "is read)"
+        "options of 'tra' since ModelConfig version 8; `tra upgrade PATH` converts a saved config naming the former "
+        "kind)"
     )
-
-
-def _declared_options(attention) -> list[str] | None:
-    """The option names the kind ``attention`` declares (at version 7 for a former TRA ablation); None: unknown."""
-    if attention in LEGACY_TRA_KINDS:
-        return list(LEGACY_TRA_KINDS[attention][1])
-    kind = ATTENTION_KINDS.get(attention)
-    return None if kind is None else kind.options.names()
-
-
-def fold_legacy_options(data: dict) -> dict:
-    """A version-6 (or older) config dict with its flat option fields moved into ``attention_options``.
-
-    Each flat field becomes the option of the same meaning if the config's kind declares it; the others are
-    dropped: in 0.2 they had no effect on that kind (RoPE never read ``cope_max_pos``; the kinds without a
-    threshold refused non-zero threshold options, and ``tra_nothreshold`` ignored ``tra_threshold``).
-    """
-    legacy = {new: data.pop(old) for old, new in LEGACY_OPTIONS.items() if old in data}
-    declared = _declared_options(data.get("attention", "tra"))
-    if declared is not None:  # an unknown kind is refused by name when the config is built
-        legacy = {name: value for name, value in legacy.items() if name in declared}
-    given = data.get("attention_options")
-    data["attention_options"] = {**legacy, **given} if isinstance(given, dict) else (given or legacy)
-    return data
-
-
-def migrate(data: dict) -> dict:
-    """A config dict of any earlier version as a version-``VERSION`` dict (without the version key).
-
-    Version 1 (0.1, no "version" key) had no ``tokenizer``: those models read task vocabularies (None).
-    Version 2 (0.2) had no ``tra_learned_temperature``: its TRA scores were never rescaled (False).
-    Version 3 had no ``attention_dropout``, ``residual_dropout``, ``init_scheme`` or ``tra_dense_heads``: no
-    dropout on the logits (0), dropout on both residual branches (True), the GPT-2 style initialisation
-    ("normal") and every TRA head thresholded (0).
-    Version 4 had no ``tra_threshold_warmup``: the warm-up was a training option (TrainConfig version 4
-    moves it here), so a model config of its own gets 0.
-    Version 5 had no ``tra_local_window``, ``tra_dense_window`` or ``tra_keep_surrogate``: no local window
-    in the thresholded heads, every causal key in the dense heads, the exact gradient in training (0 for all).
-    Version 6 kept the options of every kind as flat fields (``tra_*``, ``rope_base``, ``cope_max_pos``,
-    ``gate_bias_init``): they move into ``attention_options`` (``fold_legacy_options``).
-    Version 7 had the TRA ablations as kinds (``tra_keygate``, ``tra_nothreshold``, ``tra_nodistance``): they become
-    TRA with the options they are now (``migrate_tra_ablation``).
-    """
-    data, version = split_version("ModelConfig", data, VERSION)
-    if version == 1:
-        data.setdefault("tokenizer", None)
-    if version <= 2:
-        data.setdefault("tra_learned_temperature", False)
-    if version <= 3:
-        data.update({k: v for k, v in V4_DEFAULTS.items() if k not in data})
-    if version <= 4:
-        data.setdefault("tra_threshold_warmup", 0)
-    if version <= 5:
-        data.setdefault("tra_local_window", 0)
-        data.setdefault("tra_dense_window", 0)
-        data.setdefault("tra_keep_surrogate", 0.0)
-    if version <= 6:
-        data = fold_legacy_options(data)
-    if version <= 7:
-        data = migrate_tra_ablation(data)
-    return data
 
 
 def _is_number(value) -> bool:
@@ -141,7 +38,6 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-V4_DEFAULTS = {"attention_dropout": 0.0, "residual_dropout": True, "init_scheme": "normal", "tra_dense_heads": 0}
 INIT_SCHEMES = ("normal", "notebook")
 
 
@@ -249,11 +145,12 @@ class ModelConfig:
         return {"version": VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict, partial: bool = False) -> ModelConfig:
-        """Unknown fields are errors, and so are missing ones unless ``partial``: a saved config that
-        lacks a field would otherwise load silently as a different model. Older versions are migrated
-        first (``migrate``)."""
-        return dataclass_from_dict(cls, migrate(data), required=not partial)
+    def from_dict(cls, data: dict, partial: bool = False, where=None) -> ModelConfig:
+        """Unknown fields are errors, and so are missing ones unless ``partial``: a saved config that lacks a field
+        would otherwise load silently as a different model. Only the current version is read: an earlier one is
+        refused, naming ``tra upgrade`` (``where``: the file, for the message)."""
+        data = current_fields(cls.__name__, data, VERSION, where, partial)
+        return dataclass_from_dict(cls, data, required=not partial)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

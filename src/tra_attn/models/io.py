@@ -16,7 +16,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..utils.atomic import atomic_directory, atomic_write, atomic_write_text, make_directory
-from .config import LEGACY_OPTIONS, ModelConfig
+from ..utils.dataclass_io import OldVersion
+from .config import LEGACY_TRA_KINDS, VERSION, ModelConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -128,13 +129,33 @@ def read_config(directory: Path) -> tuple[ModelConfig, bool]:
     path = Path(directory) / CONFIG_NAME
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        hf = isinstance(data, dict) and data.get("model_type") == HF_MODEL_TYPE
-        if hf:  # ModelConfig's fields (and 0.2's flat options, which its migration reads), without the version:
-            known = [f.name for f in dataclasses.fields(ModelConfig)] + list(LEGACY_OPTIONS)  # none is written there
-            data = {name: data[name] for name in known if name in data}
-        return ModelConfig.from_dict(data), hf
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         raise ValueError(f"from_pretrained: {path} is not a valid config ({err})") from err
+    hf = isinstance(data, dict) and data.get("model_type") == HF_MODEL_TYPE
+    if hf:  # ModelConfig's fields, without a version: a Hugging Face folder's are the current ones, unless old
+        check_hf_fields(data, path)
+        data = {f.name: data[f.name] for f in dataclasses.fields(ModelConfig) if f.name in data}
+        data["version"] = VERSION
+    return ModelConfig.from_dict(data, where=path), hf
+
+
+# What a Hugging Face config written before ModelConfig version 8 holds: 0.2's flat option fields.
+LEGACY_HF_FIELDS = ("tra_threshold", "tra_impl", "tra_learned_temperature", "tra_dense_heads", "tra_local_window",
+                    "tra_dense_window", "tra_threshold_warmup", "tra_keep_surrogate", "rope_base", "cope_max_pos",
+                    "gate_bias_init")  # fmt: skip
+
+
+def check_hf_fields(data: dict, where) -> None:
+    """An ``OldVersion`` naming ``tra upgrade`` if a Hugging Face config's model fields are of an earlier version
+    (0.2's flat option fields, or a former TRA ablation kind)."""
+    old = [name for name in LEGACY_HF_FIELDS if name in data]
+    if old or data.get("attention") in LEGACY_TRA_KINDS:
+        what = f"the flat option fields {old}" if old else f"the former kind {data['attention']!r}"
+        folder = Path(where).parent if isinstance(where, Path) else "FOLDER"
+        raise OldVersion(
+            f"{where}: a Hugging Face config written by an earlier version of tra ({what}); convert its folder with "
+            f"`tra upgrade {folder}`"
+        )
 
 
 def load_pretrained(

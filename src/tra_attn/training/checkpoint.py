@@ -21,7 +21,9 @@ import torch
 from ..models import CONFIG_NAME, WEIGHTS_NAME, TransformerLM
 from ..models.io import save_pretrained
 from ..utils.atomic import usual_mode
+from ..utils.dataclass_io import current_fields
 from ..utils.os_errors import writing
+from .config import VERSION as TRAIN_VERSION
 
 TRAIN_CONFIG_NAME = "train_config.json"
 TRAIN_STATE_NAME = "train_state.pt"
@@ -125,6 +127,7 @@ def load_train_state(checkpoint: Path) -> tuple[dict, dict]:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"checkpoint {checkpoint}: {config_path.name} is missing or not valid JSON ({err})") from None
+    current_fields("TrainConfig", config, TRAIN_VERSION, config_path)  # an earlier version: `tra upgrade` it
     if not state_path.is_file():
         raise ValueError(f"checkpoint {checkpoint}: {state_path.name} is missing; expected the training state")
     try:

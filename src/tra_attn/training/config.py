@@ -1,9 +1,8 @@
 """Training configuration: model, task, optimiser, schedule and runtime in one dataclass, saved as JSON.
 
-Written with ``"version": 6``, the model config nested with its own version. Older files (flip-flop's
-parameters as top-level fields in version 1, no threshold warm-up before version 3, no train-to-fit before
-version 4, the threshold warm-up a training field until version 4, a model config of flat kind options until
-version 5) are migrated by ``from_dict`` (see ``migrate``), so old checkpoints load and resume.
+Written with ``"version": 7``, the model config nested with its own version. Only the current version is
+read: a file of an earlier one is refused naming ``tra upgrade PATH``, which converts it in place
+(``tra_attn/upgrade``), so old checkpoints load and resume after one command.
 """
 
 from __future__ import annotations
@@ -12,12 +11,12 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..data import TASKS, make_task
+from ..data import make_task
 from ..layers import check_model_config
 from ..models import ModelConfig
-from ..utils.dataclass_io import dataclass_from_dict, split_version
+from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
-VERSION = 6
+VERSION = 7
 DEVICE_TYPES = ("cpu", "cuda")
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take a signed 64-bit integer
 
@@ -27,41 +26,6 @@ def check_seed(value, what: str):
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
         raise ValueError(f"{what} = {value!r}; expected an integer seed in [0, 2**63)")
     return value
-
-
-def migrate(data: dict) -> dict:
-    """A config dict of any earlier version as a version-``VERSION`` dict (without the version key).
-
-    Version 1: the task's parameters were top-level fields; there was no ``task_args``, ``grad_accum``
-    or ``compile``. Top-level fields named like the task's parameters move into ``task_args``, and the
-    new fields get the values that reproduce the old behaviour (1 and false).
-    Version 2 had no ``tra_threshold_warmup``: TRA trained with its threshold from the first step (0).
-    Version 3 had no ``fit_accuracy``: every run trained for exactly ``steps`` (0).
-    Version 4 had ``tra_threshold_warmup`` here; it is TRA's option now (``threshold_warmup``, which the
-    kind owns) and moves into ``model`` (whose own migration places it among the kind's options), so an old
-    run keeps its warm-up.
-    Version 5 nested the model config without its version; version 6 nests it with (``ModelConfig.migrate``
-    reads both). Versions up to 6 may lack ``length_spread``: one sequence per row (0).
-    """
-    data, version = split_version("TrainConfig", data, VERSION)
-    if version == 1:
-        if data.get("task") in TASKS:
-            parameters = [f.name for f in dataclasses.fields(TASKS[data["task"]])]
-            data.setdefault("task_args", {name: data.pop(name) for name in parameters if name in data})
-        data.setdefault("grad_accum", 1)
-        data.setdefault("compile", False)
-    if version <= 3:
-        data.setdefault("fit_accuracy", 0.0)
-    data.setdefault("length_spread", 0.0)
-    warmup = data.pop("tra_threshold_warmup", 0) if version <= 4 else 0
-    if warmup:
-        model = data.get("model", {})
-        if isinstance(model, ModelConfig):
-            options = {**model.attention_options.to_dict(), "threshold_warmup": warmup}
-            data["model"] = dataclasses.replace(model, attention_options=options)
-        elif isinstance(model, dict):
-            data["model"] = {**model, "tra_threshold_warmup": warmup}
-    return data
 
 
 def check_spread(task, length: int, spread: float) -> None:
@@ -198,12 +162,13 @@ class TrainConfig:
         return {"version": VERSION, **dataclasses.asdict(self), "model": self.model.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict, partial: bool = False) -> TrainConfig:
-        """Unknown fields are errors, and so are missing ones unless ``partial`` (a hand-written file
-        that relies on the defaults); files of older versions are migrated first."""
-        data = migrate(data)
+    def from_dict(cls, data: dict, partial: bool = False, where=None) -> TrainConfig:
+        """Unknown fields are errors, and so are missing ones unless ``partial`` (a hand-written file that relies
+        on the defaults). Only the current version is read, the model's too: an earlier one is refused, naming
+        ``tra upgrade`` (``where``: the file, for the message)."""
+        data = current_fields(cls.__name__, data, VERSION, where, partial)
         if isinstance(data.get("model"), dict):
-            data["model"] = ModelConfig.from_dict(data["model"], partial=partial)
+            data["model"] = ModelConfig.from_dict(data["model"], partial=partial, where=where)
         return dataclass_from_dict(cls, data, required=not partial)
 
 

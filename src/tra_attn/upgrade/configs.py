@@ -18,10 +18,10 @@ that finds nothing to move), so unreleased versions need no step of their own.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from ..data import TASKS
 from ..layers import ATTENTION_KINDS
+from ..models.config import LEGACY_TRA_KINDS
 from ..models.config import VERSION as MODEL_VERSION
 from ..training.config import VERSION as TRAIN_VERSION
 
@@ -52,24 +52,23 @@ MODEL_DEFAULTS_0_1 = {
     "tra_dense_window": 0,
     "tra_keep_surrogate": 0.0,
 }
-# Until 0.3 the TRA ablations were kinds of their own; they are options of "tra" now. Each former kind: the
-# options of "tra" it stands for, and the options it declared (a flat field of another option it ignored).
+# Until 0.3 the TRA ablations were kinds of their own; they are options of "tra" now (LEGACY_TRA_KINDS). The
+# options each former kind declared (a flat field of another option had no effect on it).
 _TRA_OPTIONS_0_2 = (
     "threshold", "impl", "learned_temperature", "dense_heads", "local_window", "dense_window", "threshold_warmup",
     "keep_surrogate", "gate_bias_init", "threshold_shift", "keep_penalty", "keep_margin",
 )  # fmt: skip
-TRA_ABLATION_KINDS = {
-    "tra_keygate": ({"gate": "key"}, tuple(o for o in _TRA_OPTIONS_0_2 if o not in ("impl", "keep_surrogate"))),
-    "tra_nothreshold": ({"threshold": -math.inf}, ("impl", "learned_temperature", "gate_bias_init")),
-    "tra_nodistance": ({"distance": False}, tuple(o for o in _TRA_OPTIONS_0_2 if o != "gate_bias_init")),
+DECLARED_0_2 = {
+    "tra_keygate": tuple(o for o in _TRA_OPTIONS_0_2 if o not in ("impl", "keep_surrogate")),
+    "tra_nothreshold": ("impl", "learned_temperature", "gate_bias_init"),
+    "tra_nodistance": tuple(o for o in _TRA_OPTIONS_0_2 if o != "gate_bias_init"),
 }
-RELEASES = {"TrainConfig": {1: "0.1", 5: "0.2"}, "ModelConfig": {1: "0.1", 6: "0.2"}}
 
 
 def _declared_options(attention) -> list[str] | None:
     """The option names the kind ``attention`` declares (as 0.2 had them, for a former TRA ablation)."""
-    if attention in TRA_ABLATION_KINDS:
-        return list(TRA_ABLATION_KINDS[attention][1])
+    if attention in DECLARED_0_2:
+        return list(DECLARED_0_2[attention])
     kind = ATTENTION_KINDS.get(attention)
     return None if kind is None else kind.options.names()
 
@@ -88,8 +87,8 @@ def _model_to_current(data: dict) -> dict:
         flat = {name: value for name, value in flat.items() if name in declared}
     given = data.get("attention_options")
     options = {**flat, **given} if isinstance(given, dict) else (given or flat)
-    if data.get("attention") in TRA_ABLATION_KINDS and isinstance(options, dict):
-        options = {**options, **TRA_ABLATION_KINDS[data["attention"]][0]}
+    if data.get("attention") in LEGACY_TRA_KINDS and isinstance(options, dict):
+        options = {**options, **LEGACY_TRA_KINDS[data["attention"]]}
         data["attention"] = "tra"
     return {**data, "attention_options": options}
 
@@ -144,9 +143,3 @@ def _versioned(name: str, data, current: int) -> tuple[dict, int]:
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= current:
         raise ValueError(f"{name}: version = {version!r}; expected 1 to {current} (a newer file needs a newer tra)")
     return data, version
-
-
-def released(name: str, version: int) -> str:
-    """How an error names a file's format: 'written by tra 0.2', or by a development version."""
-    release = RELEASES[name].get(version)
-    return f"written by tra {release}" if release else f"written by a development version of tra ({name} {version})"

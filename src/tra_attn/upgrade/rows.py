@@ -18,6 +18,7 @@ from ..experiments.registry import experiment
 from ..experiments.store import Record, lean
 from ..training.config import TrainConfig
 from ..utils.rows import read_rows
+from .configs import upgrade_train_config
 
 RENAMED_METRICS = {"read_acc": "token_acc", "reads": "scored_tokens"}
 ROW_FILES = ("results.jsonl", "sweep.jsonl")
@@ -55,7 +56,7 @@ def records_from_rows(rows: list[dict], where) -> list[Record]:
         groups[json.dumps(row["config"], sort_keys=True)].append(renamed(row))
     records = []
     for group in groups.values():
-        config = TrainConfig.from_dict(group[0]["config"])
+        config = TrainConfig.from_dict(upgrade_train_config(group[0]["config"]))
         unique = list({json.dumps(lean(r), sort_keys=True): r for r in group}.values())  # results and sweep repeat
         validation = [r for r in unique if r["split"] == "validation"]
         tests = [r for r in unique if r["split"] != "validation"]

@@ -19,15 +19,25 @@ def dataclass_from_dict(cls, data: dict, required: bool = False):
     return cls(**data)
 
 
-def split_version(name: str, data, current: int) -> tuple[dict, int]:
-    """(a copy of ``data`` without its "version" key, that version: 1 when absent), or a ValueError naming
-    ``name`` when ``data`` is not a dict or its version is newer than ``current``."""
+class OldVersion(ValueError):
+    """A config written by an earlier version of tra: ``tra upgrade`` converts it (``tra_attn/upgrade``)."""
+
+
+def current_fields(name: str, data, current: int, where=None, partial: bool = False) -> dict:
+    """A copy of ``data`` without its "version" key, which must be ``current`` (absent: 1, or ``current`` for a
+    ``partial`` dict written by hand); an ``OldVersion`` naming ``tra upgrade`` (and ``where``, the file, if
+    known) for an earlier one, a ValueError for a newer one or for what is not a dict."""
+    at = f"{where}: " if where else ""
     if not isinstance(data, dict):
-        raise ValueError(f"{name}: got {type(data).__name__}; expected a JSON object of fields")
+        raise ValueError(f"{at}{name}: got {type(data).__name__}; expected a JSON object of fields")
     data = dict(data)
-    version = data.pop("version", 1)
-    if version not in range(1, current + 1):
-        raise ValueError(
-            f"{name}: version = {version!r}; expected a version from 1 to {current} (newer files need a newer tra)"
+    version = data.pop("version", current if partial else 1)
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < current:
+        raise OldVersion(
+            f"{at}{name} version {version}, written by an earlier version of tra; expected version {current}: "
+            f"convert it with `tra upgrade {where or 'PATH'}` (PATH: the file, or the run, model or results "
+            "folder it is in)"
         )
-    return data, version
+    if version != current:
+        raise ValueError(f"{at}{name}: version = {version!r}; expected {current} (newer files need a newer tra)")
+    return data
