@@ -67,7 +67,7 @@ def test_a_question_trains_its_sweep_then_the_other_seeds_at_the_selected_rate(q
     assert trained == sorted([(k, lr, 0) for k in ("tra", "nope") for lr in (1e-3, 3e-3)] + [
         (k, chosen[k], 1) for k in ("tra", "nope")])  # fmt: skip
     assert page.startswith("# Tiny: does the pipeline work?") and "Command: `tra run results/tiny`" in page
-    assert "(best of 0.001, 0.003 on seed 0)" in page and "## Learning-rate sweep" in page
+    assert "(chosen from 0.001, 0.003 on seed 0)" in page and "## Learning-rate sweep" in page
     store = RunStore(question.parent.parent / "store")
     assert all(list_checkpoints(store.directory(r.run)) and store.get(r.run) for r in records)
 

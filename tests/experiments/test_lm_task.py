@@ -289,7 +289,7 @@ def test_a_text_question_selects_learning_rates_on_validation_and_reports(tmp_pa
             if v["metric"] == "bits_per_byte"
         }
         best = min(val, key=lambda lr: (val[lr], lr))
-        assert f"| {label} | `{kind}` | nothing | {best:g} (best of 0.001, 0.003 on seed 0) |" in page
+        assert f"| {label} | `{kind}` | nothing | {best:g} (chosen from 0.001, 0.003 on seed 0) |" in page
     lengths = {r["length"] for rec in records for r in rec.rows("tokens=1024") if r["split"] == "non_overlapping"}
     assert lengths == {16, 32, 64, 128, 256}
     assert "| TRA |" in page and "16x / 1x" in page and (folder / "bits_per_byte.png").stat().st_size > 0

@@ -179,3 +179,13 @@ PAPER = kinds("tra", "nope", "rope", "alibi", "fox", "cope")
 RIVALS = kinds("t5", "fire", "kerple", "stickbreaking", "ssmax", "asentmax")
 RECOMMENDED = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0})
 RECOMMENDED_SPREAD = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0}, train={"length_spread": 0.75})
+
+
+def against_the_rivals(positions: int) -> tuple[Method, ...]:
+    """The methods every rivals question compares: the authors' TRA, its recommended configuration (with and
+    without the spread of lengths), FoX, ALiBi, RoPE, the newer rivals, and RoPE and ALiBi with randomized
+    positions over [0, ``positions``) (at least the question's longest test length)."""
+    return (
+        Method("tra"), RECOMMENDED, RECOMMENDED_SPREAD, *kinds("fox", "alibi", "rope"), *RIVALS,
+        randomized("rope", positions), randomized("alibi", positions),
+    )  # fmt: skip

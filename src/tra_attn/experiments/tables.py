@@ -81,12 +81,13 @@ def page_header(title: str, command: str, commits, preset: str, status: str) -> 
 
 
 def rate_cell(grid: tuple[float, ...], selected: float | None, sweep_seeds) -> str:
-    """How a method's learning rate was chosen: '0.001 (best of 0.001, 0.003 on seed 0)', given, or the preset's."""
+    """How a method's learning rate was chosen: '0.001 (chosen from 0.001, 0.003 on seed 0)', given, or the
+    preset's."""
     if selected is None:
         return "n/a"
     if len(grid) > 1:
         seeds = f"seed{'s' * (len(sweep_seeds) > 1)} {', '.join(map(str, sweep_seeds))}"
-        return f"{selected:g} (best of {', '.join(f'{lr:g}' for lr in grid)} on {seeds})"
+        return f"{selected:g} (chosen from {', '.join(f'{lr:g}' for lr in grid)} on {seeds})"
     return f"{selected:g} (given)" if grid else f"{selected:g} (the preset's)"
 
 
@@ -99,6 +100,11 @@ def methods_section(results, level: str) -> list[str]:
         rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
         lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {rate} |")
     grids = [results.grids.get(m.label, ()) for m in results.methods]
+    if any(len(g) > 1 for g in grids):
+        cap = results.experiment.fit_accuracy
+        tie = f" (every value of {cap} and above counts as equal: the run fitted)" if cap is not None else ""
+        lines += ["", f"Chosen: the rate with the best mean validation value over the sweep seeds{tie}; ties go to "
+                  "the smaller rate."]  # fmt: skip
     if any(not g for g in grids):
         lines += ["", f"The preset's rates: {results.preset.rate_source()}."]
     if any(len(g) == 1 for g in grids):
