@@ -59,7 +59,7 @@ def make_inputs(b, h, s, d, dtype, device, seed=0):
     return q, k, v, log_gate
 
 
-TRAINING_OPTIONS = {  # name: the op's options, as the tra_local4_surrogate1 method trains (and with dropout)
+TRAINING_OPTIONS = {  # name: the op's options, as the recommended TRA trains (and with dropout)
     "local 4 + surrogate 1": {"local_window": 4, "keep_surrogate": 1.0},
     "local 4 + surrogate 1 + dropout 0.1": {"local_window": 4, "keep_surrogate": 1.0, "logit_dropout": 0.1},
 }
@@ -194,10 +194,10 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
         "",
         "## The training options: chunked against the materialised reference",
         "",
-        "The options `tra_local4_surrogate1` trains with (local window 4, keep surrogate at temperature 1), and "
-        "with logit dropout 0.1 as well, fwd+bwd time / peak RSS. The naive (materialised) path is what served "
-        "them before (O(S^2) memory); the chunked one computes the same values and gradients (to 1e-10 in fp64, "
-        "tests/ops/test_tra_surrogate.py).",
+        "The options the recommended TRA (`tra:local_window=4,keep_surrogate=1`) trains with (local window 4, "
+        "keep surrogate at temperature 1), and with logit dropout 0.1 as well, fwd+bwd time / peak RSS. The naive "
+        "(materialised) path is what served them before (O(S^2) memory); the chunked one computes the same values "
+        "and gradients (to 1e-10 in fp64, tests/ops/test_tra_surrogate.py).",
         "",
         "| S | options | TRA naive fwd+bwd (up to S = 2048) | TRA chunked fwd+bwd | naive / chunked |",
         "|---|---|---|---|---|",
@@ -347,7 +347,7 @@ def gpu_report(lengths, dims, repeats, prune_tau) -> str:
         "(strongly forgetting heads, median log gate about -2.1). Ratios are TRA throughput over SDPA "
         "flash throughput, measured in the same run. The packed row cuts the same tokens into documents of "
         f"{PACKED_DOCUMENT} (segment ids) and counts the same FLOPs: its ratio over the TRA row is the speed-up "
-        "of packing. The training rows run the options of `tra_local4_surrogate1` (local window 4, keep "
+        "of packing. The training rows run the options of `tra:local_window=4,keep_surrogate=1` (local window 4, keep "
         "surrogate 1), then with logit dropout 0.1 too, through the fused kernels.",
         "",
         "| S | D | method | fwd TFLOP/s | bwd TFLOP/s | fwd ratio | bwd ratio | peak MB (fwd+bwd) |",

@@ -8,9 +8,9 @@
 #   attention_gpu.md       the op benchmark (TRA fused kernels vs SDPA-flash, fwd and fwd+bwd, memory), with rows
 #                          for the training options (local window 4 + keep surrogate 1, and with logit dropout 0.1)
 #                          and their bf16 errors against the fp32 chunked path
-#   lm_throughput_gpu.md   bf16 training tokens/s and peak memory, TRA and tra_local4_surrogate1 (the surrogate
-#                          in the fused backward) vs NoPE (SDPA-flash), L = 2k and 8k, 12 layers, d_model 768
-#                          (paper-like), 64k tokens per step
+#   lm_throughput_gpu.md   bf16 training tokens/s and peak memory, TRA and TRA with local window 4 + keep
+#                          surrogate 1 (the surrogate in the fused backward) vs NoPE (SDPA-flash), L = 2k and 8k,
+#                          12 layers, d_model 768 (paper-like), 64k tokens per step
 #   compile.log            a TRA model trained for 20 steps through torch.compile (bf16)
 set -euo pipefail
 out="${1:-results/benchmarks/gpu_session}"
@@ -23,7 +23,7 @@ python -m pytest -q tests/ops/test_triton.py tests/ops/test_tra_op.py tests/ops/
     tests/ops/test_tra_dropout.py 2>&1 | tee "$out/gpu_tests.log" | tail -5
 python benchmarks/attention.py --device cuda --out "$out/attention_gpu.md"
 python benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 8192 --model 768 12 12 \
-    --methods nope tra tra_local4_surrogate1 --tokens-per-step 65536 --steps 20 --repeats 1 \
+    --methods nope tra tra:local_window=4,keep_surrogate=1 --tokens-per-step 65536 --steps 20 --repeats 1 \
     --out "$out/lm_throughput_gpu.md"
 python -m tra_attn lm train --device cuda --precision bf16 --compile --length 2048 --batch-size 8 --steps 20 \
     --d-model 768 --n-layers 12 --n-heads 12 --eval-every 0 --log-every 5 --no-progress \

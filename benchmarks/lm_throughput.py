@@ -117,6 +117,11 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="train through torch.compile (default: eager)")
     parser.add_argument("--out", type=Path, help="write a Markdown table here (default: print only)")
     args = parser.parse_args()
+    for method in args.methods:
+        try:
+            method_from_text(method)
+        except ValueError as err:
+            parser.error(f"--methods: {err}")
     for length in args.lengths:
         if length <= 0 or args.tokens_per_step % length:
             raise SystemExit(

@@ -4,10 +4,11 @@
         [--out results/benchmarks/subnormals_cpu.md]
 
 A fwd+bwd step (loss and gradients; no optimizer) of the CPU language-model preset's model (4 layers, d_model
-128, 4 heads, byte vocabulary, random tokens) with exact TRA and with ``tra_local4_surrogate1``'s options, timed
-(best of ``--repeats`` after one warm-up step, wall clock) with the backward's flush of tiny weights as committed
-(ops/tra/denormals.py) and with it disabled (the weights clamped at the exp floor reach the GEMMs, whose
-products with small gradients are subnormal). docs/backward.md, section 8, explains.
+128, 4 heads, byte vocabulary, random tokens) with exact TRA and with the recommended TRA's options
+(``tra:local_window=4,keep_surrogate=1``), timed (best of ``--repeats`` after one warm-up step, wall clock) with
+the backward's flush of tiny weights as committed (ops/tra/denormals.py) and with it disabled (the weights
+clamped at the exp floor reach the GEMMs, whose products with small gradients are subnormal). docs/backward.md,
+section 8, explains.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tra_attn.ops.tra import chunked, surrogate_backward  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
 
-CONFIGS = {"tra": {}, "tra_local4_surrogate1": {"local_window": 4, "keep_surrogate": 1.0}}
+CONFIGS = {"tra": {}, "tra:local_window=4,keep_surrogate=1": {"local_window": 4, "keep_surrogate": 1.0}}
 FLUSH = chunked.flush_tiny_
 
 

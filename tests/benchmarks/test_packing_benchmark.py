@@ -75,7 +75,7 @@ def test_arguments_are_checked(bench, capsys):
     assert "--length = 1; expected" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.parse_args(["--methods", "tra", "nonesuch"])
-    assert "--methods: method 'nonesuch'; expected a name from" in capsys.readouterr().err
+    assert "--methods: Method.kind = 'nonesuch'; expected one of ['tra', " in capsys.readouterr().err
 
 
 def test_paragraphs_are_a_seeded_sample_within_the_budget(bench):

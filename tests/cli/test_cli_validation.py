@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.cli.test_cli import TINY_TRAIN, run
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,10 @@ def tmp(tmp_path, trained):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00w1r1")
     (tmp_path / "unknown_field.json").write_text(json.dumps({"epochs": 3}))
-    (tmp_path / "version7.json").write_text(json.dumps({"version": 7}))
+    (tmp_path / "newer.json").write_text(json.dumps({"version": 8}))
+    (tmp_path / "broken.json").write_text("{not json")
+    shutil.copy(FIXTURES / "v0_2_run" / "train_config.json", tmp_path / "v0_2.json")  # TrainConfig version 5
+    (tmp_path / "old_model.json").write_text(json.dumps({"version": 7, "model": {"version": 7, "attention": "tra"}}))
     (tmp_path / "model_list.json").write_text(json.dumps({"model": [1]}))
     for folder, text in SPECS.items():
         (tmp_path / folder).mkdir()
@@ -123,7 +129,17 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
     (["train", "--out", "{tmp}/r2", "--task-arg", "rate=2"], r"unknown arguments \['rate'\]"),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
-    (["train", "--out", "{tmp}/r", "--config", "{tmp}/version7.json"], r"version = 7; expected a version from 1 to 6"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}/newer.json"], r"version = 8; expected 7 \(newer files need a "),
+    (
+        ["train", "--out", "{tmp}/r", "--config", "{tmp}/v0_2.json"],
+        r"--config {tmp}/v0_2\.json: TrainConfig version 5, written by an earlier version of tra; expected version 7: "
+        r"convert it with `tra upgrade",
+    ),
+    (
+        ["train", "--out", "{tmp}/r", "--config", "{tmp}/old_model.json"],
+        r"--config {tmp}/old_model\.json: ModelConfig version 7, written by an earlier version of tra; expected "
+        r"version 8: convert it with `tra upgrade",
+    ),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],
         r"ModelConfig: got list in --config; expected a JSON",
@@ -177,6 +193,10 @@ CASES = [
     (["run", "{tmp}/no_rate"], r"TRA: the 'cpu' preset has no learning rate chosen on validation data for it"),
     (["run", "{tmp}/no_preset"], r"Question\.preset = 'huge'; expected one of \['cpu', 'tiny'\] for majority"),
     (["run", "{tmp}/bad_task", "--store", "{tmp}/a_file"], r"--store .*a_file is a file"),
+    # tra upgrade
+    (["upgrade", "{tmp}/nowhere"], r"tra upgrade: {tmp}/nowhere does not exist; expected a run, model, store or "),
+    (["upgrade", "{tmp}/broken.json"], r"^tra: error: {tmp}/broken\.json: not valid JSON \(.*\); expected a config"),
+    (["upgrade", "{tmp}"], r"^tra: error: {tmp}/broken\.json: not valid JSON \(.*\); expected a config or a run"),
 ]
 
 

@@ -268,9 +268,12 @@ def test_conversion_refuses_nonfinite_weights_both_ways(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "native"]
 
 
-def test_the_readme_hugging_face_example_runs(tmp_path, monkeypatch):
+def test_the_hugging_face_guide_example_runs(tmp_path, monkeypatch):
+    """The README's Hugging Face section points to docs/huggingface.md, whose example loads a converted folder."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    (block,) = re.findall(r"```py\n(.*?)```", readme, re.S)
+    assert "[docs/huggingface.md](docs/huggingface.md)" in readme.split("## Hugging Face", 1)[1]
+    guide = (Path(__file__).parents[2] / "docs" / "huggingface.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", guide, re.S)
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained("lm")

@@ -6,7 +6,8 @@ by the kinds themselves (tests/fixtures/v0_3_ablations, written by commit cf952f
 version 7; the same weights give the same logits, packed and cached logits, training logits with logit dropout and
 parameter gradients). Options that mean nothing together are refused by both names, and every saved form of a
 config naming a former kind (a model folder, a Hugging Face folder, a 0.2 flat config, a run's train_config.json
-given to ``tra train --config``) loads as TRA with the ablation's option."""
+given to ``tra train --config``) is refused naming ``tra upgrade``, which converts it to TRA with the ablation's
+option."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ from tra_attn.layers import TRAAttention, TRAOptions, attention_kind
 from tra_attn.layers.norms import rms_normalize
 from tra_attn.layers.tra import THRESHOLD_OPTIONS
 from tra_attn.metrics.accuracy import eval_batch_size
-from tra_attn.models.config import LEGACY_TRA_KINDS, VERSION, migrate_tra_ablation
+from tra_attn.models.config import LEGACY_TRA_KINDS, VERSION
 from tra_attn.training import TrainConfig
+from tra_attn.upgrade.configs import upgrade_model_config, upgrade_train_config
+from tra_attn.upgrade.files import upgrade
+from tra_attn.utils.dataclass_io import OldVersion
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "v0_3_ablations"
 # The options the fixtures were saved with (besides the ablation itself).
@@ -154,13 +158,31 @@ def saved(kind: str) -> dict:
     return json.loads((FIXTURES / kind / "config.json").read_text())
 
 
+def converted(kind: str, tmp_path: Path) -> Path:
+    """A copy of the fixture folder of ``kind``, refused as it is (naming `tra upgrade` and its config.json), then
+    converted by ``upgrade``."""
+    folder = Path(shutil.copytree(FIXTURES / kind, tmp_path / kind))
+    config = folder / "config.json"
+    if kind.endswith("_hf"):  # Hugging Face's config holds the model fields without a version
+        refusal = rf"{config}: a Hugging Face config written by an earlier version of tra \(the former kind "
+        refusal += rf"'{kind.removesuffix('_hf')}'\); convert its folder with `tra upgrade {folder}`"
+    else:
+        refusal = rf"{config}: ModelConfig version 7, written by an earlier version of tra; expected version 8: "
+        refusal += rf"convert it with `tra upgrade {config}`"
+    with pytest.raises(OldVersion, match=refusal):
+        TransformerLM.from_pretrained(folder)
+    assert upgrade(folder) == [config]
+    return folder
+
+
 @pytest.mark.parametrize("kind", LEGACY_TRA_KINDS)
-def test_a_model_saved_with_a_former_kind_loads_as_tra_and_computes_what_it_did(kind):
-    """The fixture is ModelConfig version 7 naming the kind: it loads as attention 'tra' with the ablation's option
-    and its other options kept, the same parameter names, and the same outputs as the kind's layer computed."""
+def test_a_model_saved_with_a_former_kind_loads_as_tra_and_computes_what_it_did(kind, tmp_path):
+    """The fixture is ModelConfig version 7 naming the kind: refused until `tra upgrade` converts it, it then loads
+    as attention 'tra' with the ablation's option and its other options kept, the same parameter names, and the same
+    outputs as the kind's layer computed."""
     assert saved(kind)["version"] == 7 and saved(kind)["attention"] == kind
     expected = load_file(FIXTURES / "outputs.safetensors")
-    model = TransformerLM.from_pretrained(FIXTURES / kind)
+    model = TransformerLM.from_pretrained(converted(kind, tmp_path))
     config = model.config
     assert config.attention == "tra"
     assert config.attention_options == TRAOptions(**TRA_ABLATIONS[kind], **SAVED_OPTIONS[kind])
@@ -192,8 +214,13 @@ def test_a_hugging_face_folder_of_a_former_kind_loads_both_ways(tmp_path):
     import tra_attn  # noqa: F401  (registers model_type "tra")
 
     expected = load_file(FIXTURES / "outputs.safetensors")
-    folder = FIXTURES / "tra_keygate_hf"
-    assert json.loads((folder / "config.json").read_text())["attention"] == "tra_keygate"
+    assert json.loads((FIXTURES / "tra_keygate_hf" / "config.json").read_text())["attention"] == "tra_keygate"
+    refusal = r"the Hugging Face config: a Hugging Face config written by an earlier version of tra \(the former "
+    refusal += r"kind 'tra_keygate'\); convert its folder with `tra upgrade FOLDER`"
+    for load in (AutoConfig.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(OldVersion, match=refusal):
+            load(FIXTURES / "tra_keygate_hf")
+    folder = converted("tra_keygate_hf", tmp_path)
     assert AutoConfig.from_pretrained(folder).attention == "tra"
     assert AutoConfig.from_pretrained(folder).attention_options["gate"] == "key"
     wrapper = AutoModelForCausalLM.from_pretrained(folder).eval()
@@ -210,43 +237,60 @@ def test_a_hugging_face_folder_of_a_former_kind_loads_both_ways(tmp_path):
 
 def test_older_forms_of_a_former_kind_convert_too():
     # 0.2 (version 6 and earlier) kept the options flat; a kind dropped those it did not declare (impl for the key
-    # gate, the threshold for tra_nothreshold), and it still does for the former kinds.
+    # gate, the threshold for tra_nothreshold), and its conversion still does for the former kinds.
     flat = {k: v for k, v in ModelConfig().to_dict().items() if k not in ("version", "attention_options")}
     flat |= {"tra_threshold": 0.0, "tra_impl": "chunked", "tra_local_window": 2, "gate_bias_init": 1.0}
-    keygate = ModelConfig.from_dict({**flat, "version": 6, "attention": "tra_keygate"})
+
+    def current(data: dict) -> ModelConfig:
+        with pytest.raises(OldVersion, match=rf"ModelConfig version {data['version']}, written by an earlier versi"):
+            ModelConfig.from_dict(data)
+        return ModelConfig.from_dict(upgrade_model_config(data))
+
+    keygate = current({**flat, "version": 6, "attention": "tra_keygate"})
     assert keygate.attention_options == TRAOptions(gate="key", local_window=2, gate_bias_init=1.0)
-    nothreshold = ModelConfig.from_dict({**flat, "version": 6, "attention": "tra_nothreshold", "tra_local_window": 0})
+    nothreshold = current({**flat, "version": 6, "attention": "tra_nothreshold", "tra_local_window": 0})
     assert nothreshold.attention_options == TRAOptions(threshold=-math.inf, impl="chunked", gate_bias_init=1.0)
-    nodistance = ModelConfig.from_dict({**flat, "version": 6, "attention": "tra_nodistance"})
+    nodistance = current({**flat, "version": 6, "attention": "tra_nodistance"})
     assert nodistance.attention_options == TRAOptions(distance=False, impl="chunked", local_window=2)
     # A run's train_config.json (TrainConfig version 6) nests its version-7 model config.
-    run = TrainConfig(task="flipflop", model=ModelConfig(vocab_size=6), length=16).to_dict()
+    run = {**TrainConfig(task="flipflop", model=ModelConfig(vocab_size=6), length=16).to_dict(), "version": 6}
     run["model"] = {**saved("tra_nodistance"), "vocab_size": 6}
-    assert TrainConfig.from_dict(run).model.attention_options == TRAOptions(
+    with pytest.raises(OldVersion, match=r"TrainConfig version 6, written by an earlier version of tra"):
+        TrainConfig.from_dict(run)
+    with pytest.raises(OldVersion, match=r"ModelConfig version 7, written by an earlier version of tra"):
+        TrainConfig.from_dict({**run, "version": 7})  # a current run, its model not: refused all the same
+    upgraded = upgrade_train_config(run)
+    assert upgraded["model"]["version"] == VERSION and upgraded["model"]["attention"] == "tra"
+    assert TrainConfig.from_dict(upgraded).model.attention_options == TRAOptions(
         distance=False, **SAVED_OPTIONS["tra_nodistance"]
     )
-    # The conversion itself: other attention kinds, and options that are not a dict, pass through.
-    assert migrate_tra_ablation({"attention": "rope", "attention_options": {"base": 5.0}})["attention"] == "rope"
-    assert migrate_tra_ablation({"attention": "tra_keygate"})["attention_options"] == {"gate": "key"}
-    odd = migrate_tra_ablation({"attention": "tra_keygate", "attention_options": [1]})
-    assert odd == {"attention": "tra", "attention_options": [1]}
+    # The conversion itself: other attention kinds pass through, a kind without options gets its ablation's.
+    rope = upgrade_model_config({"version": 7, "attention": "rope", "attention_options": {"base": 5.0}})
+    assert rope == {"version": VERSION, "attention": "rope", "attention_options": {"base": 5.0}}
+    assert upgrade_model_config({"version": 7, "attention": "tra_keygate"})["attention_options"] == {"gate": "key"}
     with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'tra_nodistance'; expected 'tra' with the option"):
         ModelConfig.from_dict({**saved("tra_nodistance"), "version": 8})  # a current config names current kinds
+
+
+def test_a_former_kind_with_options_that_are_not_a_dict_still_converts_to_tra():
+    odd = upgrade_model_config({"version": 7, "attention": "tra_keygate", "attention_options": [1]})
+    assert odd == {"version": VERSION, "attention": "tra", "attention_options": [1]}
 
 
 def test_tra_train_config_of_a_former_kind_takes_the_current_flags(tmp_path):
     from tra_attn.cli import build_parser
     from tra_attn.cli.train import config_from_args
 
-    run = TrainConfig(task="flipflop", model=ModelConfig(vocab_size=6), length=16).to_dict()
+    run = {**TrainConfig(task="flipflop", model=ModelConfig(vocab_size=6), length=16).to_dict(), "version": 6}
     run["model"] = {**saved("tra_keygate"), "vocab_size": 6}
     path = tmp_path / "train_config.json"
     path.write_text(json.dumps(run))
     args = build_parser().parse_args(
         ["train", "--config", str(path), "--out", str(tmp_path / "r"), "--tra-local-window", "4"]
     )
+    with pytest.raises(OldVersion, match=rf"--config {path}: TrainConfig version 6, written by an earlier .*`tra up"):
+        config_from_args(args)
+    assert upgrade(path) == [path]
     options = config_from_args(args).model.attention_options
     assert options == TRAOptions(gate="key", **{**SAVED_OPTIONS["tra_keygate"], "local_window": 4})
-    copied = tmp_path / "copy"
-    shutil.copytree(FIXTURES / "tra_keygate", copied)
-    assert TransformerLM.from_pretrained(copied).config.attention_options.gate == "key"
+    assert TransformerLM.from_pretrained(converted("tra_keygate", tmp_path)).config.attention_options.gate == "key"

@@ -21,10 +21,12 @@ from tra_attn.experiments.methods import Method, every_kind
 from tra_attn.experiments.spec import Question
 from tra_attn.layers.tra import TRAAttention
 from tra_attn.layers.tra_warmup import warmup_threshold
-from tra_attn.models.config import LEGACY_OPTIONS
 from tra_attn.ops.tra import KeepRule
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
+from tra_attn.upgrade.configs import FLAT_OPTIONS, upgrade_model_config, upgrade_train_config
+from tra_attn.upgrade.files import upgrade
+from tra_attn.utils.dataclass_io import OldVersion
 
 NO_THRESHOLD = {"threshold": -math.inf}  # the ablation that keeps every causal key (formerly tra_nothreshold)
 # The ablations of the TRA layer that keep its threshold: their options (the former kinds tra_keygate, tra_nodistance).
@@ -112,7 +114,9 @@ def test_warmup_needs_a_kind_with_a_threshold_and_old_configs_load_without_one()
     with pytest.raises(ValueError, match=r"TRAOptions.threshold_warmup = -1; expected a non-negative integer"):
         tiny(warmup=-1)
     data = {**as_version_5(tiny().to_dict()), "version": 2}
-    assert TrainConfig.from_dict(data).model.attention_options.threshold_warmup == 0
+    with pytest.raises(OldVersion, match=r"TrainConfig version 2, written by an earlier version of tra"):
+        TrainConfig.from_dict(data)
+    assert TrainConfig.from_dict(upgrade_train_config(data)).model.attention_options.threshold_warmup == 0
 
 
 def flat_model(model: dict) -> dict:
@@ -121,44 +125,54 @@ def flat_model(model: dict) -> dict:
     model = {k: v for k, v in model.items() if k != "version"}
     options = model.pop("attention_options")
     flat = {k if k == "gate_bias_init" else f"tra_{k}": v for k, v in options.items()}
-    flat = {k: v for k, v in flat.items() if k in LEGACY_OPTIONS}  # the options 0.2 had
+    flat = {k: v for k, v in flat.items() if k in FLAT_OPTIONS}  # the options 0.2 had
     return {**model, **flat, "rope_base": 1e4, "cope_max_pos": 64}
 
 
 def as_version_5(train_config: dict) -> dict:
-    """A version-6 TrainConfig dict as 0.2 (version 5) wrote it."""
+    """A current TrainConfig dict as 0.2 (version 5) wrote it."""
     return {**train_config, "version": 5, "model": flat_model(train_config["model"])}
 
 
 def as_version_4(train_config: dict) -> dict:
-    """A version-6 TrainConfig dict as version 4 wrote it: the warm-up a training field, not a model one."""
+    """A current TrainConfig dict as version 4 wrote it: the warm-up a training field, not a model one."""
     v5 = as_version_5(train_config)
     model = dict(v5["model"])
     warmup = model.pop("tra_threshold_warmup")
     return {**v5, "version": 4, "tra_threshold_warmup": warmup, "model": model}
 
 
+def upgraded_train(data: dict) -> TrainConfig:
+    """``data``, a TrainConfig dict of an earlier version: refused as it is, read once upgraded."""
+    with pytest.raises(OldVersion, match=rf"TrainConfig version {data['version']}, written by an earlier version"):
+        TrainConfig.from_dict(data)
+    return TrainConfig.from_dict(upgrade_train_config(data))
+
+
 def test_version_4_configs_move_the_warmup_into_the_model():
     v4 = as_version_4(tiny(warmup=6).to_dict())
     assert "tra_threshold_warmup" not in v4["model"]
-    loaded = TrainConfig.from_dict(v4)
+    loaded = upgraded_train(v4)
     assert loaded == tiny(warmup=6) and loaded.model.attention_options.threshold_warmup == 6
-    assert TrainConfig.from_dict(as_version_4(tiny().to_dict())) == tiny()
-    assert TrainConfig.from_dict(as_version_5(tiny(warmup=6).to_dict())) == tiny(warmup=6)
+    assert upgraded_train(as_version_4(tiny().to_dict())) == tiny()
+    assert upgraded_train(as_version_5(tiny(warmup=6).to_dict())) == tiny(warmup=6)
     model_v4 = {**flat_model(tiny(warmup=6).model.to_dict()), "version": 4}
     del model_v4["tra_threshold_warmup"]
-    loaded = ModelConfig.from_dict(model_v4)
+    with pytest.raises(OldVersion, match=r"ModelConfig version 4, written by an earlier version of tra"):
+        ModelConfig.from_dict(model_v4)
+    loaded = ModelConfig.from_dict(upgrade_model_config(model_v4))
     assert loaded.attention_options.threshold_warmup == 0  # a model config of its own: no warm-up
     current = {k: v for k, v in loaded.to_dict().items() if k != "attention_options"}  # version 8
     with pytest.raises(ValueError, match=r"missing fields \['attention_options'\]"):
         ModelConfig.from_dict(current)
-    with pytest.raises(ValueError, match=r"unknown fields \['tra_threshold_warmup'\]"):
-        TrainConfig.from_dict({**v4, "version": 5})
+    with pytest.raises(ValueError, match=r"unknown fields \['tra_threshold_warmup'\]"):  # not a field of version 5
+        TrainConfig.from_dict(upgrade_train_config({**v4, "version": 5}))
 
 
 def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
     """A version-4 checkpoint holds the warm-up in train_config.json only (its config.json is a version-4
-    ModelConfig, without it): resumed mid-warm-up, it must train exactly as the run that never stopped."""
+    ModelConfig, without it): refused until `tra upgrade` converts it, then resumed mid-warm-up, it must train
+    exactly as the run that never stopped."""
     config = tiny(warmup=8, steps=8, checkpoint_every=4)
     train(config, tmp_path / "straight", progress=False)
     shutil.copytree(tmp_path / "straight", tmp_path / "v4")
@@ -169,6 +183,12 @@ def test_a_version_4_run_resumed_mid_warmup_still_warms_up(tmp_path):
     model_json = flat_model(json.loads((halfway / "config.json").read_text()))
     del model_json["tra_threshold_warmup"]
     (halfway / "config.json").write_text(json.dumps({**model_json, "version": 4}))
+    with pytest.raises(OldVersion, match=rf"{halfway}/config\.json: ModelConfig version 4, .*`tra upgrade"):
+        TransformerLM.from_pretrained(halfway)
+    with pytest.raises(ValueError, match=rf"{halfway}/train_config\.json: TrainConfig version 4, .*`tra upgrade"):
+        train(config, tmp_path / "v4", resume=True, progress=False)
+    converted = [tmp_path / "v4" / "train_config.json", halfway / "config.json", halfway / "train_config.json"]
+    assert sorted(upgrade(tmp_path / "v4")) == sorted(converted)
     saved = TrainConfig.from_dict(json.loads((halfway / "train_config.json").read_text()))
     assert saved == config
     assert TransformerLM.from_pretrained(halfway).config.attention_options.threshold_warmup == 0
@@ -245,7 +265,9 @@ def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_win
 def test_version_5_model_configs_load_without_windows():
     data = {**flat_model(ModelConfig(attention_options={"dense_heads": 1}).to_dict()), "version": 5}
     del data["tra_local_window"], data["tra_dense_window"]
-    loaded = ModelConfig.from_dict(data)
+    with pytest.raises(OldVersion, match=r"ModelConfig version 5, written by an earlier version of tra"):
+        ModelConfig.from_dict(data)
+    loaded = ModelConfig.from_dict(upgrade_model_config(data))
     assert loaded == ModelConfig(attention_options={"dense_heads": 1})
     assert loaded.attention_options.local_window == loaded.attention_options.dense_window == 0
 

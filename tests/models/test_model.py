@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from tests.conftest import attention_fields, attention_settings
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
+from tra_attn.upgrade.configs import upgrade_model_config
+from tra_attn.utils.dataclass_io import OldVersion
 
 KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations by their former names
 # Every kind as it is, and TRA with a threshold also with the keep rule's windows (a local window shorter than the
@@ -122,7 +124,11 @@ def test_learned_temperature_starts_as_plain_tra_and_learns(kind):
 def test_version_2_model_configs_load_without_a_temperature():
     data = {k: v for k, v in tiny_config("tra").to_dict().items() if k != "attention_options"}
     data = {**data, "version": 2, "tra_threshold": 0.0, "tra_impl": "auto", "gate_bias_init": 0.0}
-    assert ModelConfig.from_dict(data).attention_options.learned_temperature is False
+    with pytest.raises(OldVersion, match=r"ModelConfig version 2, written by an earlier version of tra; expected "
+                       r"version 8: convert it with `tra upgrade PATH`"):  # fmt: skip
+        ModelConfig.from_dict(data)
+    upgraded = ModelConfig.from_dict(upgrade_model_config(data))
+    assert upgraded.attention_options.learned_temperature is False and upgraded == tiny_config("tra")
 
 
 @pytest.mark.parametrize("kind,options", CACHE_CASES, ids=cache_case_id)

@@ -16,7 +16,10 @@ from safetensors.torch import load_file, save_file
 from tra_attn import ATTENTION_KINDS, AttentionKind, ModelConfig, TransformerLM, register_attention
 from tra_attn.layers import check_model_config
 from tra_attn.layers.cache import LayerCache
+from tra_attn.models.config import VERSION
 from tra_attn.training import TrainConfig
+from tra_attn.upgrade.configs import upgrade_model_config
+from tra_attn.utils.dataclass_io import OldVersion
 
 KINDS = list(ATTENTION_KINDS)
 
@@ -224,10 +227,12 @@ def test_from_pretrained_names_missing_and_unexpected_tensors_before_loading(tmp
 @pytest.mark.parametrize(
     "data,pattern",
     [
-        ({"n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
+        ({"version": VERSION, "n_embd": 16}, r"ModelConfig: unknown fields \['n_embd'\]; expected a subset of"),
         ([16, 1], r"ModelConfig: got list; expected a JSON object of fields"),
         ("{}", r"ModelConfig: got str; expected a JSON object of fields"),
-        ({"version": 9}, r"ModelConfig: version = 9; expected a version from 1 to 8 \(newer files need a newer tra\)"),
+        ({"version": 9}, r"ModelConfig: version = 9; expected 8 \(newer files need a newer tra\)"),
+        ({"version": "8"}, r"ModelConfig: version = '8'; expected 8"),
+        ({"version": True}, r"ModelConfig: version = True; expected 8"),
         ({**ModelConfig().to_dict(), "tokenizer": "byte"}, r"ModelConfig\.tokenizer = 'byte'; expected None or a"),
         ({**ModelConfig().to_dict(), "tokenizer": {"name": "gpt2", "vocab_size": 50257}}, r"at most vocab_size = 256"),
     ],
@@ -237,16 +242,34 @@ def test_bad_model_config_dicts(data, pattern):
         ModelConfig.from_dict(data)
 
 
+@pytest.mark.parametrize("version", range(1, VERSION))
+def test_an_earlier_version_is_refused_naming_tra_upgrade(version):
+    data = {**ModelConfig().to_dict(), "version": version}
+    pattern = rf"ModelConfig version {version}, written by an earlier version of tra; expected version {VERSION}: "
+    with pytest.raises(OldVersion, match=pattern + r"convert it with `tra upgrade PATH` \(PATH: the file, or the"):
+        ModelConfig.from_dict(data)
+    with pytest.raises(OldVersion, match=r"`tra upgrade PATH`"):
+        ModelConfig.from_dict(data, partial=True)  # partial: no version is the current one, an old one is old
+    where = "/some/config.json"
+    with pytest.raises(OldVersion, match=rf"^{where}: ModelConfig version {version}, .*`tra upgrade {where}`"):
+        ModelConfig.from_dict(data, where=where)
+
+
 def test_version_1_model_configs_load_without_a_tokenizer():
     v1 = {k: v for k, v in ModelConfig(d_model=32).to_dict().items() if k not in ("version", "tokenizer")}
-    assert ModelConfig.from_dict(v1) == ModelConfig(d_model=32)
+    with pytest.raises(OldVersion, match=r"ModelConfig version 1, written by an earlier version of tra"):
+        ModelConfig.from_dict(v1)  # no version: 0.1's
+    assert ModelConfig.from_dict(upgrade_model_config(v1)) == ModelConfig(d_model=32)
+    assert ModelConfig.from_dict(v1, partial=True) == ModelConfig(d_model=32)  # a dict written by hand: current
     with pytest.raises(ValueError, match=r"missing fields \['tokenizer'\]"):
-        ModelConfig.from_dict({**v1, "version": 2})
+        ModelConfig.from_dict({**v1, "version": VERSION})  # a current file must have it
 
 
 def test_model_config_from_dict_rejects_unknown_and_missing_fields(tmp_path):
     with pytest.raises(ValueError, match=r"unknown fields \['n_embd'\]"):
-        ModelConfig.from_dict({"n_embd": 64})
+        ModelConfig.from_dict({"n_embd": 64}, partial=True)
+    with pytest.raises(ValueError, match=r"unknown fields \['n_embd'\]"):
+        ModelConfig.from_dict({"version": VERSION, "n_embd": 64})
     TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["attention_options"], saved["block_style"]

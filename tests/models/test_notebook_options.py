@@ -19,6 +19,8 @@ from tra_attn.ops.fox import forgetting_attention
 from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.tra import KeepRule, TrainingAids
 from tra_attn.ops.tra.naive import dropout_factors, keep_mask, tra_naive
+from tra_attn.upgrade.configs import upgrade_model_config
+from tra_attn.utils.dataclass_io import OldVersion
 
 KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA ablations (options of tra)
 P = 0.3  # large enough that every test row sees dropped logits
@@ -209,7 +211,9 @@ def test_version_3_model_configs_load_with_the_library_placement():
     data = {**ModelConfig().to_dict(), "version": 3}
     for name in ("attention_dropout", "residual_dropout", "init_scheme"):
         del data[name]
-    loaded = ModelConfig.from_dict(data)
+    with pytest.raises(OldVersion, match=r"ModelConfig version 3, written by an earlier version of tra"):
+        ModelConfig.from_dict(data)
+    loaded = ModelConfig.from_dict(upgrade_model_config(data))
     assert (loaded.attention_dropout, loaded.residual_dropout, loaded.init_scheme) == (0.0, True, "normal")
 
 
@@ -220,9 +224,13 @@ def test_the_paper_preset_builds_the_notebook_model_for_every_kind(kind):
     from tra_attn.experiments.methods import Method
     from tra_attn.experiments.spec import Question
 
-    question = Question("x?", "flipflop", (Method(kind),), (0,), preset="paper")
-    config = run_config(FLIPFLOP, question, Method(kind), 1e-4, 0)
+    fields = attention_fields(kind)  # a TRA ablation is the method of tra with its options
+    method = Method(fields["attention"], options=fields["attention_options"])
+    question = Question("x?", "flipflop", (method,), (0,), preset="paper")
+    config = run_config(FLIPFLOP, question, method, 1e-4, 0)
     model = config.model
+    assert model.attention == fields["attention"]
+    assert all(getattr(model.attention_options, k) == v for k, v in fields["attention_options"].items())
     assert (model.block_style, model.dropout, model.attention_dropout) == ("paper", 0.01, 0.01)
     assert (model.residual_dropout, model.init_scheme) == (False, "notebook")
     assert (config.steps, config.batch_size, config.length, config.grad_clip) == (25_000, 64, 512, 0.0)

@@ -16,6 +16,8 @@ from tra_attn.ops.tra import Documents, KeepRule, TrainingAids, dispatch, tra_ch
 from tra_attn.ops.tra.naive import keep_mask
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
+from tra_attn.upgrade.configs import upgrade_model_config
+from tra_attn.utils.dataclass_io import OldVersion
 
 THRESHOLD = 0.25
 
@@ -178,9 +180,12 @@ def test_the_option_its_checks_and_old_versions():
     v5 = {"version": 5, "tra_threshold": 0.0, "tra_impl": "auto", "tra_learned_temperature": False}
     v5 |= {"tra_dense_heads": 0, "tra_threshold_warmup": 0, "gate_bias_init": 0.0}
     v5 |= {k: v for k, v in ModelConfig().to_dict().items() if k not in ("version", "attention_options")}
-    assert ModelConfig.from_dict(v5) == ModelConfig()  # no keep surrogate, no windows
-    assert ModelConfig.from_dict({**v5, "version": 6, "tra_local_window": 0, "tra_dense_window": 0,
-                                  "tra_keep_surrogate": 0.5}).attention_options.keep_surrogate == 0.5  # fmt: skip
+    v6 = {**v5, "version": 6, "tra_local_window": 0, "tra_dense_window": 0, "tra_keep_surrogate": 0.5}
+    for old in (v5, v6):
+        with pytest.raises(OldVersion, match=rf"ModelConfig version {old['version']}, written by an earlier version"):
+            ModelConfig.from_dict(old)
+    assert ModelConfig.from_dict(upgrade_model_config(v5)) == ModelConfig()  # no keep surrogate, no windows
+    assert ModelConfig.from_dict(upgrade_model_config(v6)).attention_options.keep_surrogate == 0.5
     for bad in (-1.0, float("inf"), float("nan"), "0.5", True):
         with pytest.raises(ValueError, match=r"TRAOptions\.keep_surrogate = .*; expected a finite number >= 0"):
             ModelConfig(attention_options={"keep_surrogate": bad})

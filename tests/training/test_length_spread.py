@@ -15,6 +15,8 @@ from tra_attn.ops.varlen import PADDING
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, resolve_checkpoint
 from tra_attn.training.length_spread import spread_batch
+from tra_attn.upgrade.configs import upgrade_train_config
+from tra_attn.utils.dataclass_io import OldVersion
 
 
 @pytest.mark.parametrize("task,args,length", [("majority", {"num_marked": 3}, 48), ("flipflop", {}, 40)])
@@ -68,7 +70,10 @@ def test_the_config_checks_the_spread(tmp_path):
     packed = dict(corpus="austen", tokenizer="byte", pack=True)
     with pytest.raises(ValueError, match=r"length_spread = 0\.5: the lm task's rows already pack documents"):
         TrainConfig(task="lm", task_args=packed, model=ModelConfig(vocab_size=256), length=32, length_spread=0.5)
-    assert TrainConfig.from_dict({**TrainConfig(**base).to_dict(), "version": 5}).length_spread == 0.0
+    v5 = {k: v for k, v in TrainConfig(**base).to_dict().items() if k != "length_spread"} | {"version": 5}
+    with pytest.raises(OldVersion, match=r"TrainConfig version 5, written by an earlier version of tra"):
+        TrainConfig.from_dict(v5)
+    assert TrainConfig.from_dict(upgrade_train_config(v5)).length_spread == 0.0  # 0.2 had one sequence per row
 
 
 def test_a_spread_run_trains_and_resumes_bit_identically(tmp_path):

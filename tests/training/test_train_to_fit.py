@@ -1,5 +1,5 @@
 """Train to fit (TrainConfig.fit_accuracy): stop at the first validation that reaches it, record the step,
-resume as a no-op; validation of the field, migration of version-3 configs, and the CLI flag."""
+resume as a no-op; validation of the field, conversion of version-3 configs (`tra upgrade`), and the CLI flag."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from tra_attn import ModelConfig, TransformerLM
 from tra_attn.cli import main
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state
+from tra_attn.training.config import VERSION
 from tra_attn.training.validator import VALIDATION_SEED, validate
+from tra_attn.upgrade.configs import upgrade_train_config
+from tra_attn.utils.dataclass_io import OldVersion
 from tra_attn.utils.jsonl import read_jsonl
 
 FIT = 0.6  # well above the first validation's full-sequence accuracy, reached a few validations later
@@ -164,14 +167,16 @@ def test_fit_accuracy_accepts_the_closed_unit_interval(value):
 
 def test_a_version_3_config_loads_with_fit_accuracy_zero():
     data = small(fit_accuracy=0.5).to_dict()
-    assert data["version"] == 6 and data["fit_accuracy"] == 0.5
+    assert data["version"] == VERSION and data["fit_accuracy"] == 0.5
     v3 = {**data, "version": 3}
     del v3["fit_accuracy"]
-    loaded = TrainConfig.from_dict(v3)
+    with pytest.raises(OldVersion, match=r"TrainConfig version 3, written by an earlier version of tra"):
+        TrainConfig.from_dict(v3)
+    loaded = TrainConfig.from_dict(upgrade_train_config(v3))
     assert loaded.fit_accuracy == 0.0
     assert loaded == small()
     with pytest.raises(ValueError, match=r"missing fields \['fit_accuracy'\]"):
-        TrainConfig.from_dict({**v3, "version": 4})  # a version-4 file must have it
+        TrainConfig.from_dict({**v3, "version": VERSION})  # a current file must have it
 
 
 def test_cli_train_accepts_fit_accuracy(tmp_path, capsys):
@@ -179,4 +184,4 @@ def test_cli_train_accepts_fit_accuracy(tmp_path, capsys):
     assert main([str(a) for a in argv]) == 0
     capsys.readouterr()
     saved = json.loads((tmp_path / "train_config.json").read_text())
-    assert saved["version"] == 6 and saved["fit_accuracy"] == 0.3
+    assert saved["version"] == VERSION and saved["fit_accuracy"] == 0.3

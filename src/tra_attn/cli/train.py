@@ -133,12 +133,12 @@ def _read_config_file(path: Path) -> dict:
 def config_from_args(args) -> TrainConfig:
     data = _read_config_file(args.config) if args.config else {}
     if args.config:  # a file of an earlier version: `tra upgrade` converts it
-        data = current_fields("TrainConfig", data, TrainConfig_VERSION, f"--config {args.config}", partial=True)
+        data = current_fields("TrainConfig", data, TrainConfig_VERSION, f"--config {args.config}", True, args.config)
     model = data.pop("model", {})
     if not isinstance(model, dict):
         raise ValueError(f"ModelConfig: got {type(model).__name__} in --config; expected a JSON object of fields")
     if args.config:
-        model = current_fields("ModelConfig", model, ModelConfig_VERSION, f"--config {args.config}", partial=True)
+        model = current_fields("ModelConfig", model, ModelConfig_VERSION, f"--config {args.config}", True, args.config)
     file_kind = model.get("attention", "tra")
     for f in dataclasses.fields(ModelConfig):
         if getattr(args, f.name, None) is not None:

@@ -205,8 +205,8 @@ class Scorecard:
 class Column:
     """``figure`` on ``task`` of the questions ``names`` (sibling folders; each method from the first that runs
     it, as a scorecard's bar reads them): ``longest`` (full-sequence accuracy, or bits per byte for text, at the
-    longest test length: the task's first split there, averaged over the passkey's depths), ``first`` (the same
-    at the training length) or ``fitted`` (seeds fitted of those trained)."""
+    longest test length: the task's first split there, averaged over depths where a task tests several),
+    ``first`` (the same at the training length) or ``fitted`` (seeds fitted of those trained)."""
 
     names: str | tuple[str, ...]
     figure: str

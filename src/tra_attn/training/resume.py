@@ -9,6 +9,7 @@ import torch
 
 from ..data import absolute_task_args, recorded_task_args
 from ..models import TransformerLM
+from ..utils.dataclass_io import OldVersion
 from .checkpoint import (
     TRAIN_STATE_NAME,
     latest_checkpoint,
@@ -68,7 +69,8 @@ def check_step(checkpoint: Path, step) -> None:
 
 def _load_latest(run_dir: Path, checkpoint: Path, device: str):
     """(train config dict, train state, model) of the latest checkpoint; if it cannot be loaded, the
-    error names the newest earlier checkpoint that can, and how to resume from it."""
+    error names the newest earlier checkpoint that can, and how to resume from it (where none can and the latest
+    is of an earlier version, the run is: its OldVersion, which names `tra upgrade`)."""
 
     def load(path: Path):
         saved, state = load_train_state(path)
@@ -87,6 +89,8 @@ def _load_latest(run_dir: Path, checkpoint: Path, device: str):
                 f"--resume: the latest checkpoint cannot be loaded ({err}); {previous} is intact: move "
                 f"{checkpoint} out of {checkpoint.parent} and run again with --resume to continue from it"
             ) from None
+        if isinstance(err, OldVersion):  # not damage: the run is of an earlier version, which `tra upgrade` converts
+            raise
         raise ValueError(
             f"--resume: the latest checkpoint cannot be loaded ({err}); no earlier one is intact"
         ) from None

@@ -10,9 +10,10 @@ Released formats:
   ``config.json`` and in Hugging Face folders alike.
 
 Two steps bring them to this version: to 0.2's content (``_model_to_0_2``, ``_train_to_0_2``), then to the
-current one (``_model_to_current``, ``_train_to_current``). Every development version between two releases is
-read by the step to the next release (each change is a default for a field that did not exist yet, or a move
-that finds nothing to move), so unreleased versions need no step of their own.
+current one (``_model_to_current``; for a training config, no length spread and its model converted). Every
+development version between two releases is read by the step to the next release (each change is a default
+for a field that did not exist yet, or a move that finds nothing to move), so unreleased versions need no step
+of their own.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def _model_to_current(data: dict) -> dict:
         flat = {name: value for name, value in flat.items() if name in declared}
     given = data.get("attention_options")
     options = {**flat, **given} if isinstance(given, dict) else (given or flat)
-    if data.get("attention") in LEGACY_TRA_KINDS and isinstance(options, dict):
-        options = {**options, **LEGACY_TRA_KINDS[data["attention"]]}
+    if data.get("attention") in LEGACY_TRA_KINDS:  # options that are not a dict are refused by ModelConfig, by name
+        options = {**options, **LEGACY_TRA_KINDS[data["attention"]]} if isinstance(options, dict) else options
         data["attention"] = "tra"
     return {**data, "attention_options": options}
 
@@ -116,21 +117,15 @@ def _train_to_0_2(data: dict, version: int) -> dict:
     return data
 
 
-def _train_to_current(data: dict) -> dict:
-    """0.2's training config as today's: one sequence per row (no length spread), the model upgraded."""
-    data = {"length_spread": 0.0, **data}
-    if isinstance(data.get("model"), dict):
-        data["model"] = upgrade_model_config(data["model"])
-    return data
-
-
 def upgrade_train_config(data: dict) -> dict:
     """A training config dict of any earlier version as a current one (with its version, and its model's)."""
     data, version = _versioned("TrainConfig", data, TRAIN_VERSION)
     if version < 5:
         data = _train_to_0_2(data, version)
     if version < TRAIN_VERSION:
-        data = _train_to_current(data)
+        data = {"length_spread": 0.0, **data}
+    if isinstance(data.get("model"), dict):  # (a current one is left as it is)
+        data["model"] = upgrade_model_config(data["model"])
     return {**data, "version": TRAIN_VERSION}
 
 

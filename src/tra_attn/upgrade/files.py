@@ -58,20 +58,33 @@ def hf_model_config(data: dict) -> dict:
     return {**rest, **{name: current[name] for name in MODEL_FIELDS}}
 
 
-def upgrade_file(path: Path) -> bool:
+def kind_of(path: Path, data: dict, named: bool) -> str | None:
+    """What a JSON file holds: "train", "model", "hf" or "record" (None: not a file of tra). In a folder only files
+    by their names are read (``named``); a file given by itself is read by what it holds."""
+    if data.get("model_type") == HF_MODEL_TYPE:
+        return "hf" if path.name == "config.json" or not named else None
+    if {"run", "config", "validation"} <= set(data):
+        return "record" if not named or path.name == RECORD_NAME or path.stem == data["run"] else None
+    if "architectures" in data or "model_type" in data:  # another library's config
+        return None
+    if path.name == "train_config.json" or (not named and ("model" in data or "task" in data)):
+        return "train"
+    if {"attention", "d_model"} <= set(data) and (path.name == "config.json" or not named):  # every version has both
+        return "model"
+    return None
+
+
+def upgrade_file(path: Path, named: bool = True) -> bool:
     """Convert one config, or run record, file; whether it changed. Other JSON files are left alone."""
     data = _read(path)
-    if data is None:
-        return False
-    if path.name == "train_config.json":
+    kind = None if data is None else kind_of(path, data, named)
+    if kind == "train":
         return _write(path, data, upgrade_train_config(data))
-    if path.name == "config.json":
-        if data.get("model_type") == HF_MODEL_TYPE:
-            return _write(path, data, hf_model_config(data))
-        if "architectures" in data or "model_type" in data:  # another library's config
-            return False
+    if kind == "model":
         return _write(path, data, upgrade_model_config(data))
-    if {"run", "config", "validation"} <= set(data) and (path.name == RECORD_NAME or path.stem == data["run"]):
+    if kind == "hf":
+        return _write(path, data, hf_model_config(data))
+    if kind == "record":
         record = Record.from_dict(data, path)
         config = TrainConfig.from_dict(upgrade_train_config(record.config)).to_dict()
         if config == record.config:
@@ -86,8 +99,13 @@ def upgrade(path: str | Path) -> list[Path]:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"tra upgrade: {path} does not exist; expected a run, model, store or results folder")
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.json") if p.is_file())
-    written = [f for f in files if f.suffix == ".json" and upgrade_file(f)]
+    if path.is_file():
+        data = _read(path) if path.suffix == ".json" else None
+        if data is None or kind_of(path, data, named=False) is None:
+            raise ValueError(f"tra upgrade: {path} is not a config or run record of tra; expected a JSON file of "
+                             "one, or a folder")  # fmt: skip
+        return [path] if upgrade_file(path, named=False) else []
+    written = [f for f in sorted(path.rglob("*.json")) if f.is_file() and upgrade_file(f)]
     if path.is_dir() and any((path / name).is_file() for name in ROW_FILES):
         evidence = Evidence(path / "runs")
         for record in folder_records(path):

@@ -159,12 +159,12 @@ def make_directory(path: str | os.PathLike, what: str) -> Path:
     (a file on the way: bad input), ``WriteFailed`` when the machine refuses the write (a read-only or immutable
     folder, no permission, a full disk: exit 1, as every other write)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} {path} is a file; expected a directory (new or existing)")
     try:
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{what} {path} is a file; expected a directory (new or existing)")
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        if err.errno in (errno.EROFS, errno.EPERM, errno.EACCES, errno.ENOSPC, errno.EDQUOT):
+        if err.errno in (errno.EROFS, errno.EPERM, errno.EACCES, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG):
             raise WriteFailed(what, path, err) from None
         raise ValueError(f"{what} {path}: cannot create it ({err.strerror}); expected a writable directory") from None
     return path

@@ -23,10 +23,11 @@ class OldVersion(ValueError):
     """A config written by an earlier version of tra: ``tra upgrade`` converts it (``tra_attn/upgrade``)."""
 
 
-def current_fields(name: str, data, current: int, where=None, partial: bool = False) -> dict:
+def current_fields(name: str, data, current: int, where=None, partial: bool = False, path=None) -> dict:
     """A copy of ``data`` without its "version" key, which must be ``current`` (absent: 1, or ``current`` for a
-    ``partial`` dict written by hand); an ``OldVersion`` naming ``tra upgrade`` (and ``where``, the file, if
-    known) for an earlier one, a ValueError for a newer one or for what is not a dict."""
+    ``partial`` dict written by hand); an ``OldVersion`` naming ``tra upgrade`` of ``path`` (default ``where``,
+    the file that errors name, if known) for an earlier one, a ValueError for a newer one or for what is not a
+    dict."""
     at = f"{where}: " if where else ""
     if not isinstance(data, dict):
         raise ValueError(f"{at}{name}: got {type(data).__name__}; expected a JSON object of fields")
@@ -35,7 +36,7 @@ def current_fields(name: str, data, current: int, where=None, partial: bool = Fa
     if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < current:
         raise OldVersion(
             f"{at}{name} version {version}, written by an earlier version of tra; expected version {current}: "
-            f"convert it with `tra upgrade {where or 'PATH'}` (PATH: the file, or the run, model or results "
+            f"convert it with `tra upgrade {path or where or 'PATH'}` (PATH: the file, or the run, model or results "
             "folder it is in)"
         )
     if version != current:
