@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tra_attn.cli import build_parser, main
-from tra_attn.cli.args import finite_float
+from tra_attn.cli.args import device_arg, file_arg, finite_float, path_arg
 from tra_attn.cli.train import parse_seed
 
 
@@ -59,6 +59,9 @@ def _rejects(convert, text: str) -> bool:
 
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+# Values that look like numbers to a reader: the int flags refuse the non-integers, the float flags what
+# float() refuses.
+NUMBER_LIKE = st.sampled_from(["1e3", "1.0", "0x10", "1,000", "1 000", "+-1", "--1", "1/2", "½", "1e", "2**10", "3."])
 
 
 def bad_values(action: argparse.Action):
@@ -67,15 +70,25 @@ def bad_values(action: argparse.Action):
     if action.choices is not None:
         return TEXT.filter(lambda t: t not in action.choices)
     if kind is int:
-        return TEXT.filter(lambda t: _rejects(int, t))
+        return st.one_of(TEXT, NUMBER_LIKE).filter(lambda t: _rejects(int, t))
     if kind is finite_float:
         not_finite = st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "1e999"])
-        return st.one_of(not_finite, TEXT.filter(lambda t: _rejects(float, t)))
+        return st.one_of(not_finite, st.one_of(TEXT, NUMBER_LIKE).filter(lambda t: _rejects(float, t)))
     if kind is parse_seed:
         out_of_range = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63)).map(str)
-        return st.one_of(out_of_range, TEXT.filter(lambda t: _rejects(int, t)))
+        return st.one_of(out_of_range, st.one_of(TEXT, NUMBER_LIKE).filter(lambda t: _rejects(int, t)))
     if hasattr(kind, "registry"):
         return TEXT.filter(lambda t: t not in list(kind.registry()))
+    if kind in (path_arg, file_arg):
+        too_long = st.one_of(
+            st.integers(256, 600).map(lambda n: "x" * n), st.integers(4100, 4400).map(lambda n: ("abc/" * 1100)[:n])
+        )
+        folders = st.sampled_from([".", "./", os.sep]) if kind is file_arg else st.nothing()
+        return st.one_of(st.sampled_from(["", " ", "\t", "  \n"]), too_long, folders)
+    if kind is device_arg:
+        return st.one_of(st.sampled_from(["", "gpu", "cuda:x", "cpu:0:1", "tpu"]), TEXT).filter(
+            lambda t: _rejects(kind, t)
+        )
     return None
 
 

@@ -76,7 +76,7 @@ CASES = [
     (["data", "flipflop", "--length", "9", "--out", "{tmp}/x.txt"], r"length = 9; expected a positive even"),
     (["data", "flipflop", "--length", "7", "--out", "{tmp}/x.txt"], "length = 7"),
     (["data", "flipflop", "--length", "0", "--out", "{tmp}/x.txt"], "length = 0"),
-    (["data", "flipflop", "--out", "{tmp}"], "--out {tmp} is a directory; expected a file path"),
+    (["data", "flipflop", "--out", "{tmp}"], "argument --out: '{tmp}' is a folder; expected a file"),
     (["data", "flipflop", "--out", "{tmp}/a_file/x.txt"], r"--out .*a_file/x\.txt: folder .*a_file is a file"),
     (
         ["data", "flipflop", "--out", "{tmp}/a_file/sub/x.txt"],
@@ -145,7 +145,7 @@ CASES = [
         r"ModelConfig: got list in --config; expected a JSON",
     ),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/binary.txt"], r"--config .*binary\.txt is not valid JSON"),
-    (["train", "--out", "{tmp}/r", "--config", "{tmp}"], r"--config .* does not exist or is not a file"),
+    (["train", "--out", "{tmp}/r", "--config", "{tmp}"], r"argument --config: '.*' is a folder; expected a file"),
     (
         ["train", "--out", "{tmp}/r2", "--config", "{tmp}/missing.json"],
         "--config {tmp}/missing.json does not exist",
@@ -164,7 +164,7 @@ CASES = [
     (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/nothing.txt"], r"data file .*nothing\.txt does not exist"),
     (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/empty.txt"], "empty.txt is empty"),
     (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}/bad.txt"], "bad.txt:1: flip-flop: malformed"),
-    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}"], "data file {tmp} is a directory"),
+    (["eval", "--checkpoint", "{tmp}/run", "--data", "{tmp}"], "argument --data: '{tmp}' is a folder; expected a file"),
     (["eval", "--checkpoint", "{tmp}/run", "--length", "-16"], r"length = -16; expected a positive number"),
     (["eval", "--checkpoint", "{tmp}/run", "--length", "0"], "length = 0; expected a positive number"),
     (["eval", "--checkpoint", "{tmp}/run", "--sequences", "-1"], r"sequences = -1; expected a positive number"),
@@ -173,13 +173,15 @@ CASES = [
     (["eval", "--checkpoint", "{tmp}/nowhere"], "checkpoint {tmp}/nowhere not found"),
     (["eval", "--checkpoint", "{tmp}/corrupt"], "model.safetensors is corrupt"),
     (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}/a_file/rows.jsonl"], r"--out .*: .*a_file is a file"),
-    (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "--out {tmp} is a directory"),
+    (["eval", "--checkpoint", "{tmp}/run", "--out", "{tmp}"], "argument --out: '{tmp}' is a folder; expected a file"),
     (["eval", "--checkpoint", "{tmp}/run", "--device", "gpu"], r"device = 'gpu'; expected 'cpu', 'cuda' or 'cuda:N'"),
     (["eval", "--checkpoint", "{tmp}/run", "--device", "bogus"], "device = 'bogus'; expected 'cpu', 'cuda'"),
     # tra flipflop and tra run
     (["flipflop", "--seeds", "--out", "{tmp}/ff"], None),  # argparse: --seeds needs at least one value
     (["flipflop", "--seeds", "-1", "--out", "{tmp}/ff"], r"argument --seeds: .*-1"),
     (["flipflop", "--preset", "huge", "--out", "{tmp}/ff"], r"argument --preset: invalid choice: 'huge'"),
+    (["flipflop", "--device", "cuda:99", "--out", "{tmp}/ff"], r"argument --device: device = 'cuda:99'"),
+    (["run", "{tmp}/spec.py", "--device", "cuda:99", "--store", "{tmp}/st"], r"argument --device: device = 'cuda:99'"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file"], r"--out .*a_file is a file; expected a directory"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file/ff"], r"--out .*a_file/ff: cannot create it"),
     (["flipflop", "--preset", "tiny", "--store", "{tmp}/a_file", "--out", "{tmp}/ff"], r"--store .*a_file is a file"),

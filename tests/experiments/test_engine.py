@@ -152,6 +152,17 @@ def test_a_method_without_a_rate_is_refused_by_name_before_any_work(question, ca
     assert Evidence(question.parent / "runs").runs() == []
 
 
+def test_evaluation_positions_too_few_for_the_test_splits_are_refused_before_any_work(question, capsys):
+    """The flip-flop test splits of the tiny preset reach 8x its 16 tokens: a range of 64 would be refused at the
+    first long split, after every run had trained."""
+    drawn = ', Method("rope", options={"random_positions": 64, "random_positions_at_eval": True})'
+    write_spec(question, more=drawn)
+    code, _, err = tra_run(question, capsys)
+    assert code == 2 and "random_positions = 64 with random_positions_at_eval, but the flipflop test" in err
+    assert "expected random_positions >= 128" in err
+    assert Evidence(question.parent / "runs").runs() == [] and not (question.parent.parent / "store").exists()
+
+
 def test_a_kind_registered_outside_the_package_joins_a_question_with_one_line(question, capsys):
     """docs/model.md's own kind, added to a copy of a spec."""
     from tra_attn import AttentionKind, register_attention

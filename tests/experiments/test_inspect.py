@@ -112,3 +112,17 @@ def test_inspect_a_run_writes_the_page_and_rows(tmp_path, capsys):
 def test_bad_inspect_arguments_are_refused(argv, pattern, tmp_path, capsys):
     assert main(["inspect", "--checkpoint", str(tmp_path), *argv]) == 2
     assert __import__("re").search(pattern, capsys.readouterr().err)
+
+
+def test_every_inspected_run_has_a_label_of_its_own(tmp_path):
+    """Tables are keyed by label: two runs under one label were merged into one row."""
+    from tra_attn.experiments.inspect import run_labels
+
+    a, b = tmp_path / "seed0" / "run", tmp_path / "seed1" / "run"
+    assert run_labels([a, tmp_path / "other"]) == ["run", "other"]
+    assert run_labels([a, b]) == [str(a), str(b)]  # folders of the same name: their paths
+    assert run_labels([a, b], ["x", "y"]) == ["x", "y"]
+    with pytest.raises(ValueError, match=r"--labels: \['x'\] name more than one checkpoint"):
+        run_labels([a, b], ["x", "x"])
+    with pytest.raises(ValueError, match=r"--labels: \[.*seed0/run'\] name more than one checkpoint"):
+        run_labels([a, a])

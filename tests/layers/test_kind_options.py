@@ -158,13 +158,14 @@ def test_a_hugging_face_folder_written_by_0_2_loads_through_the_auto_classes(tmp
             load(folder)
     assert upgrade(folder) == [folder / "config.json"]
     wrapper = AutoModelForCausalLM.from_pretrained(folder).eval()
-    assert wrapper.config.attention_options == {"base": 500.0}
+    every_option = {"base": 500.0, "random_positions": 0, "random_positions_at_eval": False}  # later ones: defaults
+    assert wrapper.config.attention_options == every_option
     assert not hasattr(wrapper.config, "rope_base")  # folded into the options, not kept beside them
     with torch.no_grad():
         torch.testing.assert_close(wrapper(expected["ids"]).logits, expected["rope"], atol=2e-5, rtol=2e-5)
     wrapper.save_pretrained(tmp_path / "again")
     written = json.loads((tmp_path / "again" / "config.json").read_text())
-    assert written["attention_options"] == {"base": 500.0} and "rope_base" not in written
+    assert written["attention_options"] == every_option and "rope_base" not in written
 
 
 def test_a_run_written_by_0_2_resumes_as_the_run_that_never_stopped(tmp_path):

@@ -240,6 +240,9 @@ def test_older_forms_of_a_former_kind_convert_too():
     # gate, the threshold for tra_nothreshold), and its conversion still does for the former kinds.
     flat = {k: v for k, v in ModelConfig().to_dict().items() if k not in ("version", "attention_options")}
     flat |= {"tra_threshold": 0.0, "tra_impl": "chunked", "tra_local_window": 2, "gate_bias_init": 1.0}
+    # 0.2 wrote every flat field:
+    flat |= {"tra_learned_temperature": False, "tra_dense_heads": 0, "tra_dense_window": 0, "tra_threshold_warmup": 0,
+             "tra_keep_surrogate": 0.0, "rope_base": 10000.0, "cope_max_pos": 64}  # fmt: skip
 
     def current(data: dict) -> ModelConfig:
         with pytest.raises(OldVersion, match=rf"ModelConfig version {data['version']}, written by an earlier versi"):
@@ -264,10 +267,13 @@ def test_older_forms_of_a_former_kind_convert_too():
     assert TrainConfig.from_dict(upgraded).model.attention_options == TRAOptions(
         distance=False, **SAVED_OPTIONS["tra_nodistance"]
     )
-    # The conversion itself: other attention kinds pass through, a kind without options gets its ablation's.
+    # The conversion itself: other attention kinds pass through (the options they gained later at their defaults),
+    # a kind without options gets its ablation's.
     rope = upgrade_model_config({"version": 7, "attention": "rope", "attention_options": {"base": 5.0}})
-    assert rope == {"version": VERSION, "attention": "rope", "attention_options": {"base": 5.0}}
-    assert upgrade_model_config({"version": 7, "attention": "tra_keygate"})["attention_options"] == {"gate": "key"}
+    later = {"random_positions": 0, "random_positions_at_eval": False}
+    assert rope == {"version": VERSION, "attention": "rope", "attention_options": {"base": 5.0, **later}}
+    keygate = upgrade_model_config({"version": 7, "attention": "tra_keygate"})["attention_options"]
+    assert keygate == TRAOptions(gate="key").to_dict()
     with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'tra_nodistance'; expected 'tra' with the option"):
         ModelConfig.from_dict({**saved("tra_nodistance"), "version": 8})  # a current config names current kinds
 

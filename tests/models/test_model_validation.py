@@ -197,22 +197,29 @@ def test_save_pretrained_onto_a_file_and_weights_that_do_not_fit_the_config(tmp_
 
 @pytest.mark.parametrize(
     "dtype,refused",
-    [(torch.int64, True), (torch.int32, True), (torch.bool, True), (torch.float64, True), (torch.bfloat16, False)],
-)
+    [(torch.int64, True), (torch.int32, True), (torch.bool, True), ("one float64", True), (torch.float64, False),
+     (torch.bfloat16, False)],
+)  # fmt: skip
 def test_from_pretrained_never_casts_stored_integers_or_narrows_wider_floats(tmp_path, dtype, refused):
     """load_state_dict copies with a cast: an integer model.safetensors used to load as float weights. A half
-    precision file is read exactly (every bfloat16 is a float32)."""
+    precision file is read exactly (every bfloat16 is a float32); a float64 file (model.double()) loads as a float64
+    model; a float32 model with one float64 tensor is refused."""
     model = TransformerLM(ModelConfig(vocab_size=6, d_model=16, n_layers=1, n_heads=2))
     model.save_pretrained(tmp_path / "m")
     state = load_file(str(tmp_path / "m" / "model.safetensors"))
-    state = {name: t.to(dtype) for name, t in state.items()}
+    if dtype == "one float64":
+        dtype, state = torch.float64, {**state, "norm.weight": state["norm.weight"].double()}
+    else:
+        state = {name: t.to(dtype) for name, t in state.items()}
     save_file(state, str(tmp_path / "m" / "model.safetensors"))
     if refused:
         with pytest.raises(ValueError, match=rf"weights do not match the config: .*model\.safetensors: \S+ is {dtype}"):
             TransformerLM.from_pretrained(tmp_path / "m")
         return
     loaded = TransformerLM.from_pretrained(tmp_path / "m")
-    assert all(torch.equal(loaded.state_dict()[n], t.float()) for n, t in state.items())
+    widened = torch.float64 if dtype == torch.float64 else torch.float32
+    assert all(torch.equal(loaded.state_dict()[n], t.to(widened)) for n, t in state.items())
+    assert all(t.dtype == widened for t in loaded.state_dict().values())
 
 
 def test_from_pretrained_names_missing_and_unexpected_tensors_before_loading(tmp_path):
@@ -398,3 +405,42 @@ def test_a_cache_refuses_extras_it_was_not_built_with():
 def test_bad_registrations(kind, error, pattern):
     with pytest.raises(error, match=pattern):
         register_attention(kind)
+
+
+def test_a_saved_config_that_lost_an_option_is_refused_naming_it_and_the_file(tmp_path):
+    """A current config.json whose attention_options lack one would load that option's default: another model."""
+    small(attention_options={"threshold": 0.5}).save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    del data["attention_options"]["threshold"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    missing = r"config\.json: ModelConfig\.attention_options: missing options \['threshold'\] of attention = 'tra'"
+    with pytest.raises(ValueError, match=missing):
+        TransformerLM.from_pretrained(tmp_path)
+    partial = ModelConfig.from_dict({"attention_options": {"local_window": 2}}, partial=True)  # written by hand
+    assert partial.attention_options.threshold == 0.0 and partial.attention_options.local_window == 2
+
+
+def test_an_option_no_forward_can_take_is_refused_where_it_is_set():
+    with pytest.raises(ValueError, match=r"TRAOptions\.threshold = inf; expected a number below \+inf"):
+        ModelConfig(attention_options={"threshold": math.inf})
+    with pytest.raises(ValueError, match=r"TRAOptions\.threshold = nan"):
+        ModelConfig(attention_options={"threshold": math.nan})
+    assert ModelConfig(attention_options={"threshold": -math.inf}).attention_options.threshold == -math.inf
+
+
+def test_a_model_saved_in_float64_loads_in_float64(tmp_path):
+    model = small().double()
+    model.save_pretrained(tmp_path)
+    loaded = TransformerLM.from_pretrained(tmp_path)
+    x = torch.randint(11, (2, 7))
+    assert next(loaded.parameters()).dtype == torch.float64 and torch.equal(loaded(x), model(x))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_runs_forward_and_backward_on_meta_tensors(kind):
+    """Shapes alone (planning memory, tracing): no value is read, no autocast is entered."""
+    with torch.device("meta"):
+        model = small(kind)
+    logits = model(torch.zeros(2, 9, dtype=torch.long, device="meta"))
+    logits.sum().backward()
+    assert logits.shape == (2, 9, 11) and logits.is_meta and model.embed.weight.grad.is_meta

@@ -423,3 +423,21 @@ def test_tra_upgrade_converts_the_file_tra_train_config_refuses_whatever_its_nam
     shutil.copy(FIXTURES / "v0_2_run" / "train_config.json", path)
     code, out, _ = tra_upgrade(capsys, path)
     assert (code, out) == (0, [f"converted {path}"])
+
+
+def test_an_earlier_config_that_lost_a_field_or_holds_one_twice_is_refused_by_name():
+    """0.2 wrote every flat option field; a file without one would convert to the option's default, and a file
+    mixing 0.2's fields with attention_options would silently take one of the two."""
+    v0_2 = json.loads((FIXTURES / "v0_2_models" / "tra" / "config.json").read_text())
+    assert ModelConfig.from_dict(upgrade_model_config(v0_2)).attention_options.local_window == 3
+    lost = {k: v for k, v in v0_2.items() if k != "tra_local_window"}
+    with pytest.raises(ValueError, match=r"ModelConfig version 6 \(tra 0\.2\): missing fields \['tra_local_window'\]"):
+        upgrade_model_config(lost)
+    rope = {k: v for k, v in v0_2.items() if k != "tra_local_window"} | {"attention": "rope"}
+    assert ModelConfig.from_dict(upgrade_model_config(rope)).attention == "rope"  # a field rope never read
+    both = v0_2 | {"attention_options": {"local_window": 0}}
+    with pytest.raises(ValueError, match=r"\['tra_local_window'\] are given as 0\.2's flat fields and in attention"):
+        upgrade_model_config(both)
+    v7 = ModelConfig().to_dict() | {"version": 7, "tra_local_window": 3}  # version 7 had no flat fields
+    with pytest.raises(ValueError, match=r"ModelConfig: unknown fields \['tra_local_window'\]"):
+        ModelConfig.from_dict(upgrade_model_config(v7))

@@ -88,3 +88,46 @@ def test_a_spread_run_trains_and_resumes_bit_identically(tmp_path):
         TransformerLM.from_pretrained(resolve_checkpoint(tmp_path / n)).state_dict() for n in ("straight", "resumed")
     )
     assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+@pytest.mark.parametrize(
+    "task,args,length,spread,expected",
+    [
+        ("hierarchy", {}, 126, 0.5, r"no valid length in \[63, 126\) to draw.*expected no spread"),
+        ("mqar", {}, 38, 0.5, r"no valid length in \[19, 38\) to draw"),
+        ("flipflop", {}, 16, 0.1, r"no valid length in \[15, 16\) to draw.*the nearest: \[10, 12, 14\]"),
+    ],
+)
+def test_a_spread_that_no_shorter_valid_length_can_honour_is_refused(task, args, length, spread, expected):
+    """Every document would be ``length`` tokens: recorded, it would do nothing."""
+    vocab = make_task(task, **args).vocab_size
+    with pytest.raises(ValueError, match=rf"TrainConfig\.length_spread = {spread}: the {task} task has {expected}"):
+        TrainConfig(task=task, task_args=args, model=ModelConfig(vocab_size=vocab), length=length, length_spread=spread)
+
+
+def test_text_windows_take_the_spread_as_synthetic_sequences_do():
+    """A text window of length n is n + 1 tokens: rows as wide as the task's own, each window whole, the first
+    token of each document no label (a label never crosses from one document to the next)."""
+    task = make_task("lm", corpus="austen", tokenizer="byte")
+    batch = spread_batch(task, 6, 64, seed=3, spread=0.5)
+    assert batch.tokens.shape == task.sample(6, 64, 3).tokens.shape == (6, 65)
+    text = task.sample(1, 64, 0).tokens  # any window's tokens: bytes of the corpus
+    assert batch.tokens.max() < 256 and text.shape == (1, 65)
+    segments = batch.model_args["segment_ids"]
+    for row, mask in zip(segments, batch.loss_mask):
+        for doc in row.unique().tolist():
+            where = (row == doc).nonzero().flatten()
+            if doc == PADDING:
+                assert not mask[where].any()
+                continue
+            assert 33 <= where.numel() <= 65 and not mask[where[0]] and mask[where[1:]].all()
+
+
+def test_tra_lm_train_takes_a_length_spread(tmp_path):
+    """It used to fail in spread_batch: a text window is one token longer than its length."""
+    from tra_attn.cli import main
+
+    argv = ["lm", "train", "--out", str(tmp_path / "run"), "--length", "32", "--steps", "2", "--batch-size", "4"]
+    argv += ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--eval-sequences", "4", "--length-spread", "0.5"]
+    assert main([*argv, "--no-progress"]) == 0
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000002"]

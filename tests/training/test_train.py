@@ -3,19 +3,23 @@ configs, checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tra_attn import ModelConfig, TransformerLM
+import tra_attn.training.checkpoint as checkpoint_module
+from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
 from tra_attn.training.config import VERSION
@@ -107,6 +111,32 @@ def test_ctrl_c_anywhere_in_a_step_checkpoints_a_whole_step_and_resumes_exactly(
     assert state["step"] == 6 and {float(s["step"]) for s in state["optimizer"]["state"].values()} == {6.0}
     train(tiny(), tmp_path / "run", resume=True, progress=False)
     assert_same_weights(tmp_path / "straight", tmp_path / "run")
+
+
+MOMENTS = [(torch.optim.AdamW, "step"), (TransformerLM, "forward"), (checkpoint_module, "save_pretrained")]
+
+
+@pytest.mark.parametrize("kind", list(ATTENTION_KINDS))
+def test_ctrl_c_at_random_moments_then_resume_is_bit_identical_for_every_kind(tmp_path, monkeypatch, kind):
+    """Up to two interrupts at moments drawn per kind (inside an optimizer step, a training or validation forward, or a
+    checkpoint write), each followed by --resume: the final weights and losses are an uninterrupted run's."""
+    config = tiny(
+        model=dataclasses.replace(tiny().model, attention=kind, attention_options={}), steps=12, checkpoint_every=5
+    )
+    train(config, tmp_path / "straight", progress=False)
+    rng, interrupted = random.Random(zlib.crc32(kind.encode())), 0
+    for _ in range(2):
+        target, name = rng.choice(MOMENTS)
+        sigint_during(monkeypatch, target, name, rng.randint(1, 2 if name == "save_pretrained" else 4))
+        try:
+            train(config, tmp_path / "run", resume=True, progress=False)
+        except KeyboardInterrupt:
+            interrupted += 1
+        monkeypatch.undo()
+    assert interrupted >= 1  # (a second moment may fall after the run's last step)
+    train(config, tmp_path / "run", resume=True, progress=False)
+    assert_same_weights(tmp_path / "straight", tmp_path / "run")
+    assert losses(tmp_path / "straight") == losses(tmp_path / "run")
 
 
 def test_second_ctrl_c_stops_at_once_without_saving_a_partial_step(tmp_path, monkeypatch):

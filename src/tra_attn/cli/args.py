@@ -3,7 +3,8 @@
 A bad argument is refused by the parser itself, before any work: exit 2 and one line that names the flag,
 ``tra: error: argument --steps: invalid int value: 'x' (`tra train --help` lists the flags)``, instead of
 argparse's usage block and a ``tra train: error:`` line. Types check what the parser can know: a finite
-number (``finite_float``: 'nan' and 'inf' parse as floats).
+number (``finite_float``: 'nan' and 'inf' parse as floats), and a path that is not empty (``path_arg``: Python reads
+'' as the current folder) or, for a file, not a folder (``file_arg``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,3 +62,39 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number")
     return value
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: the longest file name and path Linux (and macOS, 1024) take
+
+
+def path_arg(text: str) -> Path:
+    """An argparse type: a path that is not empty or blank (``Path('')`` is the current folder, which no flag
+    means: an empty value is a mistake, such as an unset shell variable), nor longer than a file system takes."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path; expected a file or folder name")
+    value = Path(text)
+    longest = max(len(part.encode(errors="surrogateescape")) for part in value.parts)
+    if longest > NAME_MAX or len(text.encode(errors="surrogateescape")) > PATH_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a path of {len(text)} characters is too long; expected names of at most {NAME_MAX} bytes and a path "
+            f"of at most {PATH_MAX}"
+        )
+    return value
+
+
+def file_arg(text: str) -> Path:
+    """An argparse type: the path of a file (to read or write), not empty and not an existing folder."""
+    value = path_arg(text)
+    if value.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; expected a file")
+    return value
+
+
+def device_arg(text: str) -> str:
+    """An argparse type: a device this machine has (``training.config.check_device``), checked before any work."""
+    from ..training.config import check_device
+
+    try:
+        return check_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..data import TASKS
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
+from .args import device_arg, file_arg, path_arg
 from .train import check_output_file
 
 
@@ -84,14 +83,14 @@ def add_eval_command(sub) -> None:
     )
     ev.add_argument(
         "--checkpoint",
-        type=Path,
+        type=path_arg,
         required=True,
         help="a checkpoint, a run, a save_pretrained folder or a Hugging Face folder of `tra convert` (required)",
     )
-    ev.add_argument("--data", type=Path, help="evaluate on these sequences instead, one per line (default: none)")
+    ev.add_argument("--data", type=file_arg, help="evaluate on these sequences instead, one per line (default: none)")
     ev.add_argument(
         "--text",
-        type=Path,
+        type=path_arg,
         help="a language model on this text: a file, a .gz file or a folder (`tra lm eval --text`; default: none)",
     )
     ev.add_argument("--sequences", type=int, default=1000, help="sequences per generated split at the training length")
@@ -102,8 +101,8 @@ def add_eval_command(sub) -> None:
         help="task, for a model saved without a training config; the run's own keeps its task arguments, another "
         "takes its defaults (default: its run's)",
     )
-    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
+    ev.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
+    ev.add_argument("--out", type=file_arg, help="write the result rows here as JSONL (default: print only)")
     ev.set_defaults(func=cmd_eval)
 
 
@@ -113,15 +112,15 @@ def add_inspect_command(sub) -> None:
         help="what trained TRA models keep: per layer and head, kept keys, counts and attention mass by key role",
         formatter_class=HelpFormatter,
     )
-    ins.add_argument("--checkpoint", type=Path, nargs="+", required=True, help="TRA runs or checkpoints (required)")
+    ins.add_argument("--checkpoint", type=path_arg, nargs="+", required=True, help="TRA runs or checkpoints (required)")
     ins.add_argument("--labels", nargs="+", help="a name per checkpoint for the tables (default: the folder names)")
     ins.add_argument(
         "--lengths", type=int, nargs="+", default=[1, 2, 8], help="multiples of the training length to inspect at"
     )
-    ins.add_argument("--data", type=Path, help="inspect on these sequences instead, one per line (default: none)")
+    ins.add_argument("--data", type=file_arg, help="inspect on these sequences instead, one per line (default: none)")
     ins.add_argument("--sequences", type=int, default=32, help="generated sequences per length")
-    ins.add_argument("--out", type=Path, help="write the Markdown page here (default: print only)")
-    ins.add_argument("--rows", type=Path, help="write the measurements as JSONL rows here (default: none)")
+    ins.add_argument("--out", type=file_arg, help="write the Markdown page here (default: print only)")
+    ins.add_argument("--rows", type=file_arg, help="write the measurements as JSONL rows here (default: none)")
     ins.set_defaults(func=cmd_inspect)
 
 
@@ -131,7 +130,9 @@ def add_convert_command(sub) -> None:
         help="convert a model between this library's format and Hugging Face's (needs the [hf] extra)",
         formatter_class=HelpFormatter,
     )
-    cv.add_argument("source", type=Path, help="a native model, run or checkpoint (--to hf), or a Hugging Face folder")
+    cv.add_argument(
+        "source", type=path_arg, help="a native model, run or checkpoint (--to hf), or a Hugging Face folder"
+    )
     cv.add_argument("--to", choices=("hf", "native"), required=True, help="the output format (required)")
-    cv.add_argument("--out", type=Path, required=True, help="a new output directory (required)")
+    cv.add_argument("--out", type=path_arg, required=True, help="a new output directory (required)")
     cv.set_defaults(func=cmd_convert)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
-from .args import finite_float
+from .args import device_arg, file_arg, finite_float, path_arg
 from .train import add_train_flags, check_output_file, parse_seed
 from .train import cmd_train as train_command
 
@@ -93,14 +93,14 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     tp.add_argument(
         "--data-dir",
         dest="lm_data_dir",
-        type=Path,
+        type=path_arg,
         help="folder of a benchmark corpus's files (default: austen ships with the package; wikitext103 is read "
         "through the datasets package)",
     )
     tp.add_argument(
         "--validation-text",
         dest="lm_validation_text",
-        type=Path,
+        type=file_arg,
         help="held-out text when --corpus is a path (default: none)",
     )
     tp.add_argument(
@@ -118,7 +118,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     )
     sp.add_argument(
         "--checkpoint",
-        type=Path,
+        type=path_arg,
         required=True,
         help="a checkpoint, a run, a save_pretrained folder or a Hugging Face folder of `tra convert`",
     )
@@ -127,7 +127,7 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--temperature", type=finite_float, default=0.8, help="0 decodes greedily")
     sp.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0 keeps them all")
     sp.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same text")
-    sp.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    sp.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
     sp.set_defaults(func=cmd_sample)
 
     ev = lm_sub.add_parser(
@@ -137,13 +137,13 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument(
         "--checkpoint",
-        type=Path,
+        type=path_arg,
         required=True,
         help="a run, a checkpoint, a save_pretrained folder or a Hugging Face folder of `tra convert` (required)",
     )
     ev.add_argument(
         "--text",
-        type=Path,
+        type=path_arg,
         help="score this text instead: a file, a .gz file or a folder of *.txt / *.txt.gz, tokenized with the "
         "model's tokenizer (default: the run's validation text)",
     )
@@ -166,6 +166,6 @@ def add_lm_command(sub: argparse._SubParsersAction) -> None:
         "--offset", type=int, help="the scored tokens start at this token (default: the last --tokens of the text)"
     )
     ev.add_argument("--buckets", type=int, default=8, help="position buckets of the loss-against-position rows")
-    ev.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ev.add_argument("--out", type=Path, help="write the result rows here as JSONL (default: print only)")
+    ev.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
+    ev.add_argument("--out", type=file_arg, help="write the result rows here as JSONL (default: print only)")
     ev.set_defaults(func=cmd_eval)

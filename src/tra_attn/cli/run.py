@@ -12,20 +12,24 @@ from ..experiments.run import build_page, page_of, run_spec
 from ..experiments.store import Evidence, RunStore
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.cli_help import HelpFormatter
+from .args import device_arg, path_arg
 from .train import parse_seed
 
 STORE_HELP = "the run store: training folders and checkpoints (default: $TRA_STORE, else ~/.cache/tra/runs)"
 
 
 def add_store_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, help=STORE_HELP)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (runs on another device are other runs)")
+    parser.add_argument("--store", type=path_arg, help=STORE_HELP)
+    parser.add_argument(
+        "--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N (runs on another device are other runs)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def store_of(args) -> RunStore:
-    if args.store is not None:
-        make_directory(args.store, "--store")
+    """The run store of ``--store`` (made when a run is first trained there, after every check)."""
+    if args.store is not None and args.store.exists() and not args.store.is_dir():
+        raise ValueError(f"--store {args.store} is a file; expected a directory (new or existing)")
     return RunStore(args.store)
 
 
@@ -53,9 +57,9 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
         "(experiments/run.py). Resumable: finished runs are reused, interrupted ones continue.",
         formatter_class=HelpFormatter,
     )
-    rp.add_argument("specs", nargs="+", type=Path, metavar="SPEC", help="spec files or question folders")
+    rp.add_argument("specs", nargs="+", type=path_arg, metavar="SPEC", help="spec files or question folders")
     rp.add_argument(
-        "--evidence", type=Path, help="the folder of run records (default: runs/ beside the question's folder)"
+        "--evidence", type=path_arg, help="the folder of run records (default: runs/ beside the question's folder)"
     )
     rp.add_argument("--no-train", action="store_true", help="write the page from the rows alone; refuse if runs lack")
     rp.add_argument("--plan", action="store_true", help="list the runs that would be trained, and do nothing")
@@ -90,6 +94,6 @@ def add_flipflop_command(sub: argparse._SubParsersAction) -> None:
     )
     fp.add_argument("--preset", default="cpu", choices=list(FLIPFLOP.presets), help=presets.replace("%", "%%"))
     fp.add_argument("--seeds", type=parse_seed, nargs="+", default=[0], help="seeds (default: 0)")
-    fp.add_argument("--out", type=Path, help="the page and its rows (default: runs/flipflop_<preset>)")
+    fp.add_argument("--out", type=path_arg, help="the page and its rows (default: runs/flipflop_<preset>)")
     add_store_flags(fp)
     fp.set_defaults(func=cmd_flipflop)

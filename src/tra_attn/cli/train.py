@@ -20,7 +20,7 @@ from ..utils.cli_help import HelpFormatter
 from ..utils.dataclass_io import current_fields
 from ..utils.memory import check_memory
 from ..utils.os_errors import writing
-from .args import finite_float
+from .args import file_arg, finite_float, path_arg
 
 
 def _flag(name: str) -> str:
@@ -67,7 +67,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     for qualified, (_, _, f, kinds) in option_flags().items():
         help_text = f"{', '.join(kinds)}: {f.metadata.get('help', '')} (default: {f.default})"
         check = f.metadata.get("check")
-        infinite = isinstance(f.default, float) and check is not None and check(float("inf")) is None
+        infinite = isinstance(f.default, float) and check is not None and check(float("-inf")) is None
         _add_flag(group, qualified, f.default, help_text, dest=f"option_{qualified}", finite=not infinite)
 
 
@@ -164,9 +164,7 @@ def config_from_args(args) -> TrainConfig:
 
 
 def check_output_file(path: Path, flag: str) -> Path:
-    """Before any work: ``path`` must not be a directory; its folder is created if missing."""
-    if path.is_dir():
-        raise ValueError(f"{flag} {path} is a directory; expected a file path")
+    """Before any work: the folder of ``path`` (a file, not a folder: ``args.file_arg``) is created if missing."""
     make_directory(path.parent, f"{flag} {path}: folder")
     return path
 
@@ -216,15 +214,17 @@ def add_data_command(sub) -> None:
         p.add_argument("--length", type=int, default=512, help="tokens per sequence")
         p.add_argument("--num", type=int, default=1000, help="number of sequences")
         p.add_argument("--seed", type=parse_seed, default=0, help="the same seed gives the same sequences")
-        p.add_argument("--out", type=Path, required=True, help="text file to write, one sequence per line (required)")
+        p.add_argument(
+            "--out", type=file_arg, required=True, help="text file to write, one sequence per line (required)"
+        )
         p.set_defaults(func=cmd_data)
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of one training run (all but ``--task``): output, config file, resume, task and config fields."""
-    parser.add_argument("--out", type=Path, required=True, help="run directory (required)")
+    parser.add_argument("--out", type=path_arg, required=True, help="run directory (required)")
     parser.add_argument(
-        "--config", type=Path, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)"
+        "--config", type=file_arg, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)"
     )
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

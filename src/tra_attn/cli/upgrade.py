@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..utils.cli_help import HelpFormatter
+from .args import path_arg
 
 
 def cmd_upgrade(args) -> None:
@@ -29,5 +29,5 @@ def add_upgrade_command(sub: argparse._SubParsersAction) -> None:
         "atomically and only if it changes; running it again converts what an interruption left.",
         formatter_class=HelpFormatter,
     )
-    up.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a file, or a folder searched recursively")
+    up.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="a file, or a folder searched recursively")
     up.set_defaults(func=cmd_upgrade)

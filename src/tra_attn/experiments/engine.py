@@ -260,7 +260,23 @@ def check_question(question: Question) -> None:
         for method in question.methods:
             if not question.grid(method):
                 preset.rate_for(method, question.preset)
-            run_config(experiment, question, method, (question.grid(method) or (1e-3,))[0], question.seeds[0])
+            config = run_config(experiment, question, method, (question.grid(method) or (1e-3,))[0], question.seeds[0])
+            check_evaluation_positions(method, config)
+
+
+def check_evaluation_positions(method: Method, config: TrainConfig) -> None:
+    """A method that draws evaluation positions (``random_positions_at_eval``) needs a range as long as the
+    longest test split, which would otherwise be refused after every run had trained."""
+    options = config.model.attention_options
+    if not getattr(options, "random_positions_at_eval", False):
+        return
+    splits = config.task_instance().eval_splits(config.length, 1)
+    longest = max(split.length or split.batch.tokens.shape[1] for split in splits)
+    if options.random_positions < longest:
+        raise ValueError(
+            f"method {method.label}: random_positions = {options.random_positions} with random_positions_at_eval, "
+            f"but the {config.task} test splits reach {longest} tokens; expected random_positions >= {longest}"
+        )
 
 
 def gather(question: Question, task: str, source: Source, device: str = "cpu") -> Results:

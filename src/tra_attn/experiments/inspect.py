@@ -105,15 +105,33 @@ def inspect_model(model: TransformerLM, task, batch: TaskBatch) -> tuple[dict, t
     return stats, tuple(names)
 
 
+def run_labels(checkpoints, labels=None) -> list[str]:
+    """One label per checkpoint, each unique (every table is keyed by them): ``labels`` as given, else the
+    folders' names, else (where two names collide) the paths as given."""
+    if labels:
+        labels = list(labels)
+        if len(labels) != len(checkpoints):
+            raise ValueError(f"--labels: {len(labels)} labels for {len(checkpoints)} checkpoints; expected one each")
+    else:
+        labels = [Path(c).name for c in checkpoints]
+        if len(set(labels)) < len(labels):
+            labels = [str(c) for c in checkpoints]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(
+            f"--labels: {repeated} name more than one checkpoint; expected a unique label per checkpoint (a "
+            "checkpoint given twice, or --labels with a name repeated)"
+        )
+    return labels
+
+
 def inspect_runs(checkpoints, labels=None, factors=(1, 2, 8), data=None, sequences: int = 32, seed: int = TEST_SEED):
     """Every checkpoint at every length: a list of ``Inspected``. Labels default to the run folders' names."""
     if not isinstance(sequences, int) or isinstance(sequences, bool) or sequences <= 0:
         raise ValueError(f"--sequences = {sequences!r}; expected a positive number of sequences per length")
     if data is None and (not factors or any(not isinstance(f, int) or f <= 0 for f in factors)):
         raise ValueError(f"--lengths = {factors!r}; expected positive multiples of the training length")
-    labels = list(labels) if labels else [Path(c).name for c in checkpoints]
-    if len(labels) != len(checkpoints):
-        raise ValueError(f"--labels: {len(labels)} labels for {len(checkpoints)} checkpoints; expected one each")
+    labels = run_labels(checkpoints, labels)
     found = []
     for checkpoint, label in zip(checkpoints, labels):
         model, config, _ = load(checkpoint)

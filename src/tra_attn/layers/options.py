@@ -56,8 +56,8 @@ def non_negative(value) -> str | None:
     return None if _is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
 
 
-def not_nan(value) -> str | None:
-    return None if _is_number(value) and not math.isnan(value) else "a number (-inf allowed, not NaN)"
+def below_inf(value) -> str | None:
+    return None if _is_number(value) and value < math.inf else "a number below +inf (-inf allowed, not NaN)"
 
 
 def one_of(*choices: str) -> Check:

@@ -66,7 +66,7 @@ from ..ops.tra.key_gate import tra_key_gate_naive
 from ..ops.varlen import segment_mask
 from .base import Attention
 from .norms import rms_normalize
-from .options import KindOptions, finite, non_negative, non_negative_int, not_nan, one_of, option
+from .options import KindOptions, below_inf, finite, non_negative, non_negative_int, one_of, option
 from .tra_warmup import warmup_threshold
 
 # Options that act on the threshold's keep decision, meaningless without one (threshold -inf): -> their meaning.
@@ -92,7 +92,7 @@ class TRAOptions(KindOptions):
     threshold: float = option(
         0.0,
         "key j is kept iff its score exceeds this; -inf: no threshold, every causal key kept (an ablation)",
-        not_nan,
+        below_inf,
     )
     impl: str = option("auto", "op implementation: auto, naive, chunked, triton", one_of(*IMPLS))
     learned_temperature: bool = option(False, "a learned per-head factor on the scores, initialised to 1 (exact TRA)")

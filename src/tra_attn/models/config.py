@@ -41,6 +41,25 @@ def _is_number(value) -> bool:
 INIT_SCHEMES = ("normal", "notebook")
 
 
+def _check_every_option(data: dict, where) -> None:
+    """A ValueError naming the options of the kind that a saved config's ``attention_options`` lacks: a saved
+    config holds every option, and one that lost a field would otherwise load as the default's model."""
+    options, kind = data.get("attention_options"), data.get("attention")
+    if not isinstance(options, dict) or not isinstance(kind, str) or kind in LEGACY_TRA_KINDS:
+        return  # what is not a dict of a known kind is refused by name when the config is built
+    try:
+        names = attention_kind(kind).options.names()
+    except ValueError:
+        return
+    missing = [name for name in names if name not in options]
+    if missing:
+        at = f"{where}: " if where else ""
+        raise ValueError(
+            f"{at}ModelConfig.attention_options: missing options {missing} of attention = {kind!r}; expected every "
+            f"option of the kind ({', '.join(names)}): a saved config holds them all"
+        )
+
+
 @dataclass
 class ModelConfig:
     """Decoder-only language model; ``attention`` picks the attention layer by registry name, and
@@ -150,7 +169,9 @@ class ModelConfig:
         would otherwise load silently as a different model. Only the current version is read: an earlier one is
         refused, naming ``tra upgrade`` (``where``: the file, for the message)."""
         data = current_fields(cls.__name__, data, VERSION, where, partial)
-        return dataclass_from_dict(cls, data, required=not partial)
+        if not partial:
+            _check_every_option(data, where)
+        return dataclass_from_dict(cls, data, required=not partial, where=where)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

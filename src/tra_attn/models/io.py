@@ -183,6 +183,8 @@ def load_pretrained(
     if hf:  # names without the wrapper's prefix; any other name stays, and load_state_dict refuses it
         state = {name.removeprefix(HF_WEIGHTS_PREFIX): tensor for name, tensor in state.items()}
     model = cls(config)
+    if {t.dtype for t in state.values() if t.is_floating_point()} == {torch.float64}:
+        model = model.double()  # saved from model.double(): it loads as it was saved (never narrowed)
     where = f"from_pretrained: weights do not match the config: {directory / WEIGHTS_NAME}"
     check_weights(state_specs(state), model.state_dict(), where)
     check_finite(state, f"from_pretrained: {directory / WEIGHTS_NAME}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .autocast import no_autocast
 from .masks import compute_dtype
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
 
@@ -156,7 +157,7 @@ class _ChunkedEntmax(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        with torch.autocast(grad_out.device.type, enabled=False):
+        with no_autocast(grad_out.device):
             return _ChunkedEntmax._backward(ctx, grad_out)
 
     @staticmethod
@@ -212,7 +213,7 @@ def entmax_attention(
             f"entmax_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or "
             "'auto' (logit dropout needs the materialised logits)"
         )
-    with torch.autocast(q.device.type, enabled=False):  # the threshold search in fp32 under any enclosing autocast
+    with no_autocast(q.device):  # the threshold search in fp32 under any enclosing autocast
         if impl == "naive" or logit_dropout:
             return entmax_naive(q, k, v, alpha, scale, segment_ids, logit_dropout)
         return entmax_chunked(q, k, v, alpha, scale, segment_ids)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .autocast import no_autocast
 from .masks import compute_dtype
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
 
@@ -72,7 +73,7 @@ class _ChunkedStickBreaking(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out, grad_rem):
-        with torch.autocast(grad_out.device.type, enabled=False):
+        with no_autocast(grad_out.device):
             return _ChunkedStickBreaking._backward(ctx, grad_out, grad_rem)
 
     @staticmethod
@@ -137,7 +138,7 @@ def stickbreaking_attention(
             f"stickbreaking_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' "
             "or 'auto' (logit dropout needs the materialised logits)"
         )
-    with torch.autocast(q.device.type, enabled=False):  # fp32 logs and sums under any enclosing autocast
+    with no_autocast(q.device):  # fp32 logs and sums under any enclosing autocast
         if impl == "naive" or logit_dropout:
             out, rem = stickbreaking_naive(q, k, v, scale, attend_current, segment_ids, logit_dropout)
         else:

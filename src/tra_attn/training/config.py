@@ -29,11 +29,15 @@ def check_seed(value, what: str):
 
 
 def check_spread(task, length: int, spread: float) -> None:
-    """A ValueError if the task's rows cannot take packed documents (they pack their own already)."""
+    """A ValueError if the task's rows cannot take packed documents (they pack their own already), or if the
+    spread has no shorter valid length of the task to draw (``length_spread.check_spread_lengths``)."""
+    from .length_spread import check_spread_lengths
+
     if task.sample(1, length, 0).model_args:
         raise ValueError(
             f"TrainConfig.length_spread = {spread}: the {task.name} task's rows already pack documents; expected 0"
         )
+    check_spread_lengths(task, length, spread)
 
 
 def _help(text: str) -> dict:
@@ -142,6 +146,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
+        span = getattr(self.model.attention_options, "random_positions", 0)
+        if span and span < self.length:
+            raise ValueError(
+                f"{type(self.model.attention_options).__name__}.random_positions = {span}: training rows of length "
+                f"{self.length} draw their positions from [0, {span}); expected random_positions >= {self.length}"
+            )
         if self.length_spread:
             check_spread(task, self.length, self.length_spread)
         if self.model.tokenizer != task.tokenizer_description():
@@ -169,7 +179,7 @@ class TrainConfig:
         data = current_fields(cls.__name__, data, VERSION, where, partial)
         if isinstance(data.get("model"), dict):
             data["model"] = ModelConfig.from_dict(data["model"], partial=partial, where=where)
-        return dataclass_from_dict(cls, data, required=not partial)
+        return dataclass_from_dict(cls, data, required=not partial, where=where)
 
 
 def check_device(device) -> str:

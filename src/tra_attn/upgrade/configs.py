@@ -10,7 +10,8 @@ Released formats:
   ``config.json`` and in Hugging Face folders alike.
 
 Two steps bring them to this version: to 0.2's content (``_model_to_0_2``, ``_train_to_0_2``), then to the
-current one (``_model_to_current``; for a training config, no length spread and its model converted). Every
+current one (``_flat_to_options`` and ``_options_to_current``; for a training config, no length spread and its
+model converted). Every
 development version between two releases is read by the step to the next release (each change is a default
 for a field that did not exist yet, or a move that finds nothing to move), so unreleased versions need no step
 of their own.
@@ -75,23 +76,54 @@ def _declared_options(attention) -> list[str] | None:
 
 
 def _model_to_0_2(data: dict) -> dict:
-    """0.1's model config with the fields 0.2 added, at the values that keep 0.1's model."""
-    return {**MODEL_DEFAULTS_0_1, **data}
+    """0.1's model config with the fields 0.2 added, at the values that keep 0.1's model (an option that the dict
+    already holds in ``attention_options`` is not added again)."""
+    options = data.get("attention_options")
+    options = options if isinstance(options, dict) else {}
+    added = {k: v for k, v in MODEL_DEFAULTS_0_1.items() if FLAT_OPTIONS.get(k) not in options}
+    return {**added, **data}
 
 
-def _model_to_current(data: dict) -> dict:
-    """0.2's model config as today's: the flat option fields move into ``attention_options`` (each that the kind
-    declares: the others had no effect in 0.2), and a former TRA ablation kind becomes TRA with its option."""
-    flat = {new: data.pop(old) for old, new in FLAT_OPTIONS.items() if old in data}
+def _flat_to_options(data: dict) -> dict:
+    """0.2's model config with its flat option fields moved into ``attention_options`` (each that the kind
+    declares: the others had no effect in 0.2). Every option the kind declares must be given once, as a flat field
+    or in ``attention_options``: a file that lost one, or holds one in both forms, is refused by name (it would
+    otherwise load as another model)."""
     declared = _declared_options(data.get("attention", "tra"))
-    if declared is not None:  # an unknown kind is refused by name when the config is built
-        flat = {name: value for name, value in flat.items() if name in declared}
-    given = data.get("attention_options")
-    options = {**flat, **given} if isinstance(given, dict) else (given or flat)
-    if data.get("attention") in LEGACY_TRA_KINDS:  # options that are not a dict are refused by ModelConfig, by name
-        options = {**options, **LEGACY_TRA_KINDS[data["attention"]]} if isinstance(options, dict) else options
-        data["attention"] = "tra"
-    return {**data, "attention_options": options}
+    given = data.get("attention_options", {})
+    if declared is None or not isinstance(given, dict):  # refused by name when the config is built
+        flat = {new: data.pop(old) for old, new in FLAT_OPTIONS.items() if old in data}
+        return {**data, "attention_options": given or flat}
+    twice = [old for old, new in FLAT_OPTIONS.items() if old in data and new in given]
+    if twice:
+        raise ValueError(
+            f"ModelConfig version 6 (tra 0.2): {twice} are given as 0.2's flat fields and in attention_options; "
+            "expected each option once"
+        )
+    lost = [old for old, new in FLAT_OPTIONS.items() if new in declared and old not in data and new not in given]
+    if lost:
+        raise ValueError(
+            f"ModelConfig version 6 (tra 0.2): missing fields {lost}; expected every option field 0.2 wrote for "
+            f"attention = {data.get('attention', 'tra')!r}"
+        )
+    flat = {new: data.pop(old) for old, new in FLAT_OPTIONS.items() if old in data}
+    return {**data, "attention_options": {**{k: v for k, v in flat.items() if k in declared}, **given}}
+
+
+def _options_to_current(data: dict) -> dict:
+    """A version 6 or 7 model config's options as today's: the options a kind gained later at their defaults
+    (which compute what the earlier version computed), and a former TRA ablation kind as TRA with its option."""
+    options, kind = data.get("attention_options", {}), data.get("attention", "tra")
+    former = kind in LEGACY_TRA_KINDS
+    if former:
+        kind = "tra"
+    if not isinstance(options, dict):  # refused by ModelConfig, by name
+        return {**data, "attention": kind}
+    if former:
+        options = {**options, **LEGACY_TRA_KINDS[data["attention"]]}
+    if kind in ATTENTION_KINDS:
+        options = {**ATTENTION_KINDS[kind].options().to_dict(), **options}
+    return {**data, "attention": kind, "attention_options": options}
 
 
 def upgrade_model_config(data: dict) -> dict:
@@ -99,8 +131,10 @@ def upgrade_model_config(data: dict) -> dict:
     data, version = _versioned("ModelConfig", data, MODEL_VERSION)
     if version < 6:
         data = _model_to_0_2(data)
+    if version <= 6:
+        data = _flat_to_options(data)
     if version < MODEL_VERSION:
-        data = _model_to_current(data)
+        data = _options_to_current(data)
     return {**data, "version": MODEL_VERSION}
 
 

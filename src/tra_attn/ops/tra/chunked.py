@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..autocast import no_autocast
 from ..masks import compute_dtype
 from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
 from .denormals import EXP_FLOOR, flush_tiny_
@@ -359,7 +360,7 @@ class ChunkedTRA(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        with torch.autocast(grad_out.device.type, enabled=False):
+        with no_autocast(grad_out.device):
             return ChunkedTRA._backward(ctx, grad_out)
 
     @staticmethod

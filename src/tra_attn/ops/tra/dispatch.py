@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..autocast import no_autocast
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
 from .naive import tra_naive
@@ -214,7 +215,7 @@ def threshold_relative_attention(
     gates are not validation errors (they are not > 0; +inf is, and fails ``validate=True``). The
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
-    check_values = validate and not torch.compiler.is_compiling()
+    check_values = validate and not torch.compiler.is_compiling() and not getattr(q, "is_meta", False)  # no values
     call = validate_inputs(
         q,
         k,
@@ -237,7 +238,7 @@ def threshold_relative_attention(
     call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
         out = _dispatch(q, k, v, log_gate, _resolve(impl, q, call), call)
         return poison(out, poisoned)

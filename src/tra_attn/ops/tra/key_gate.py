@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..autocast import no_autocast
 from ..masks import compute_dtype, dropped_softmax, masked_softmax
 from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
 from .naive import keep_mask, reverse_cumsum
@@ -38,7 +39,7 @@ def tra_key_gate_naive(
     """
     aids.refuse("tra_key_gate_naive", "keep_surrogate", "dropout_seed", reason="its logit dropout is torch's")
     cdt = compute_dtype(q.dtype)
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device):
         qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
         scores = scale * (qc @ kc.transpose(-1, -2))
         kept = keep_mask(scores, keep.threshold, *keep.windows, documents.ids)
