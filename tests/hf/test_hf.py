@@ -375,3 +375,27 @@ def test_auto_model_refuses_stored_tensors_transformers_would_cast_or_fill_in(ch
     save_file(state, str(weights), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=message):
         AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_a_model_that_draws_positions_at_evaluation_runs_hugging_faces_defaults(kind):
+    """use_cache defaults to True in forward and generate: such a model decodes by full forwards instead, and each
+    padded row computes and generates what it does alone."""
+    torch.manual_seed(0)
+    options = {"random_positions": 64, "random_positions_at_eval": True}
+    config = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, attention=kind, attention_options=options)
+    model = TransformerLM(config).eval()
+    wrapper = TRAForCausalLM(TRAConfig.from_model_config(config)).eval()
+    wrapper.model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        wrapper.model.lm_head.weight.mul_(20)
+        model.lm_head.weight.mul_(20)
+    ids = torch.randint(0, 40, (2, 9))
+    assert torch.equal(wrapper(ids).logits, model(ids))
+    assert torch.equal(wrapper.generate(ids, max_new_tokens=5, do_sample=False), model.generate(ids, 5, temperature=0))
+    prompts = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3, 5, 8, 9]]
+    batch, mask = padded(prompts, "left", pad=10_000)
+    batched = wrapper.generate(batch, attention_mask=mask, max_new_tokens=5, do_sample=False)
+    for row, p in enumerate(prompts):
+        single = wrapper.generate(torch.tensor([p]), max_new_tokens=5, do_sample=False)[0]
+        assert torch.equal(batched[row, batch.shape[1] - len(p) :], single), row

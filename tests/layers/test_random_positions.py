@@ -1,7 +1,7 @@
 """Randomized positional encodings (Ruoss et al., ACL 2023) as the ``random_positions`` option of the position-based
 kinds: training forwards draw one sorted random subset of [0, N) per row, shared by every layer; evaluation and
-generation use plain positions, or with ``random_positions_at_eval`` draw them too (deterministically, as the
-authors evaluate); resuming a run repeats the draws; no graph break."""
+generation use plain positions, or with ``random_positions_at_eval`` draw them too (a draw per sequence, a function
+of its tokens); resuming a run repeats the draws; no graph break."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from tests.training.test_train import assert_same_weights, losses, tiny
 from tra_attn import ModelConfig, TransformerLM
-from tra_attn.ops.positions import random_positions
+from tra_attn.ops.positions import random_positions, sequence_positions
 from tra_attn.training import train
 
 KINDS = ["rope", "alibi", "t5", "fire", "kerple"]
@@ -140,7 +140,7 @@ def test_every_position_based_kind_randomizes_its_positions_as_a_method():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_with_the_at_eval_option_evaluation_draws_positions_from_a_fixed_seed_and_training_is_unchanged(kind):
+def test_with_the_at_eval_option_evaluation_draws_positions_per_sequence_and_training_is_unchanged(kind):
     at_eval, plain = pair(kind, at_eval=True)
     training, _ = pair(kind)
     ids = torch.randint(0, 13, (4, 17))
@@ -154,12 +154,13 @@ def test_with_the_at_eval_option_evaluation_draws_positions_from_a_fixed_seed_an
     assert len(seen) == 6 and all(p is seen[0] for p in seen[:3])  # one draw per forward, every layer
     positions = seen[0]
     assert positions.shape == (4, 17) and (positions.diff(dim=-1) > 0).all() and positions.max() < SPAN
-    assert torch.equal(positions, random_positions(4, 17, SPAN, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(positions[1], sequence_positions(ids[1:2], SPAN)[0])  # each row's own draw, by its tokens
     with torch.no_grad():
         generated = at_eval.generate(ids[:, :5], 3, temperature=0, use_cache=False)
-    assert generated.shape == (4, 8)
+        assert generated.shape == (4, 8)
+        assert torch.equal(at_eval.generate(ids[:, :5], 3, temperature=0), generated)  # no cache to continue
     with pytest.raises(ValueError, match=r"random_positions_at_eval: a forward with a KV cache; expected none"):
-        at_eval.generate(ids[:, :5], 3, temperature=0)
+        at_eval(ids, cache=at_eval.new_cache())
     at_eval.train(), training.train()
     torch.manual_seed(5)
     loss = at_eval(ids, labels=ids).mean()

@@ -19,12 +19,16 @@ from tra_attn.ops.masks import document_mask, document_positions
 WINDOWS = {"attention_options": {"local_window": 2, "dense_heads": 1, "dense_window": 3}}
 KINDS = attention_settings(sorted(ATTENTION_KINDS))  # the built-in kinds (read before any test registers one)
 CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
+# The kinds with randomized positions, drawn at evaluation too: a draw per sequence, whatever its row.
+DRAWN = {"attention_options": {"random_positions": 64, "random_positions_at_eval": True}}
+DRAWING = ("alibi", "fire", "kerple", "rope", "t5")
+CASES += [(kind, DRAWN) for kind in DRAWING]
 LENGTHS = (5, 3, 7)  # three documents
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
 def case_id(case):
-    return case if isinstance(case, str) else ("windows" if case else "")
+    return case if isinstance(case, str) else ("windows" if case == WINDOWS else "drawn" if case else "")
 
 
 def tiny(kind, **options) -> TransformerLM:
@@ -132,6 +136,10 @@ def test_left_padded_prompts_generate_what_each_prompt_alone_generates(kind, opt
         for i, prompt in enumerate(prompts):
             alone = model.generate(prompt[None], 6, temperature=0, use_cache=use_cache)[0]
             assert torch.equal(out[i, width - len(prompt) :], alone), (use_cache, i)
+    if model.draws_positions_at_eval:  # generate decoded by full forwards; a forward with a cache is refused
+        with pytest.raises(ValueError, match=r"random_positions_at_eval: a forward with a KV cache; expected none"):
+            model(batch, cache=model.new_cache(), attention_mask=mask)
+        return
     # the logits of every decoding step, not only their argmax: the cache masks the padding exactly
     cache = model.new_cache()
     with torch.no_grad():
@@ -237,3 +245,20 @@ def test_a_kind_whose_attend_takes_no_segment_ids_runs_plain_batches_and_refuses
             model(ids, attention_mask=torch.tensor([[1] * 6, [0] + [1] * 5]))
     finally:
         unregister_attention("old_style")
+
+
+@pytest.mark.parametrize("kind", DRAWING)
+def test_positions_drawn_at_evaluation_are_a_function_of_the_sequence_alone(kind):
+    """The same sequence in two rows of a batch, in two batches, and alone: the same logits; another sequence of
+    the same length: another draw."""
+    model = tiny(kind, **DRAWN)
+    ids, _ = documents()
+    with torch.no_grad():
+        alone = model(ids[0][None])[0]
+        twice = model(torch.stack([ids[0], ids[0]]))
+        torch.testing.assert_close(twice[0], twice[1], atol=0, rtol=0)
+        torch.testing.assert_close(twice[0], alone, **TOL)
+        torch.testing.assert_close(model(ids[0][None])[0], alone, atol=0, rtol=0)
+    other = ids[0].roll(1)
+    drawn = model.drawn_positions(torch.stack([ids[0], other]), None, None)
+    assert not torch.equal(drawn[0], drawn[1]) and (drawn.diff(dim=-1) > 0).all() and drawn.max() < 64

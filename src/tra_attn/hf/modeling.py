@@ -147,6 +147,7 @@ class TRAForCausalLM(TRAPreTrainedModel, GenerationMixin):
         if not past:  # ids outside the vocabulary (but under padding: never read): the native model's clear error
             self.model.check_input_ids(input_ids, attention_mask)
         use_cache = self.config.use_cache if use_cache is None else use_cache
+        use_cache = use_cache and not self.model.draws_positions_at_eval  # each forward draws for the whole sequence
         if use_cache and cache is None and not self.training:
             cache = TRACache(self.config.n_layers)
         elif not use_cache:

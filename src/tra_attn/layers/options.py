@@ -170,7 +170,8 @@ def random_positions_at_eval_option() -> Any:
     return option(
         False,
         "with random_positions: evaluation forwards draw their positions as training does (the authors' protocol), "
-        "from a fixed seed so evaluation is deterministic; no KV-cache decoding; false: evaluation uses 0, 1, ...",
+        "a draw per sequence seeded by its tokens (deterministic, each sequence as if alone); no KV-cache decoding; "
+        "false: evaluation uses 0, 1, ...",
     )
 
 

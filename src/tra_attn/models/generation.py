@@ -56,6 +56,7 @@ def generate(
     """See ``TransformerLM.generate``."""
     check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, attention_mask)
     input_ids = as_index(input_ids)  # room for every id of the vocabulary (a uint8 prompt, say)
+    use_cache = use_cache and not model.draws_positions_at_eval  # positions drawn per forward: no cache to continue
     was_training = model.training
     model.eval()
     try:

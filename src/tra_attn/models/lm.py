@@ -17,7 +17,7 @@ from torch import nn
 
 from ..layers import KVCache, LayerCache, attention_kind, check_model_config
 from ..layers.norms import RMSNorm
-from ..ops.positions import random_positions
+from ..ops.positions import random_positions, sequence_positions
 from .config import ModelConfig
 from .documents import forward_segment_ids
 from .generation import generate
@@ -151,22 +151,28 @@ class TransformerLM(nn.Module):
     ) -> torch.Tensor | None:
         """(B, S) positions shared by every layer of the forward when its attention asks for random ones
         (``Attention.position_range``; ops/positions.py), else None (plain positions). Training draws with torch's
-        global generator; an evaluation forward draws only if asked (``Attention.positions_drawn_at_eval``), from
-        a generator seeded 0, so evaluation is deterministic; such a model decodes without a KV cache."""
+        global generator; an evaluation forward draws only if asked (``draws_positions_at_eval``), a fresh draw per
+        sequence seeded by its tokens (``sequence_positions``), so evaluation is deterministic and each sequence
+        is scored as it is alone; such a model decodes without a KV cache (``generate`` does so by itself)."""
         span = max(block.attn.position_range() for block in self.blocks)
         if not span or (self.training and cache is not None):
             return None
         if self.training:
             return random_positions(*input_ids.shape, span, input_ids.device, segment_ids)
-        if not any(block.attn.positions_drawn_at_eval() for block in self.blocks):
+        if not self.draws_positions_at_eval:
             return None
         if cache is not None:
             raise ValueError(
                 "random_positions_at_eval: a forward with a KV cache; expected none (positions drawn per forward "
                 "cannot continue across decoding steps): evaluate or generate without a cache"
             )
-        generator = torch.Generator(input_ids.device).manual_seed(0)
-        return random_positions(*input_ids.shape, span, input_ids.device, segment_ids, generator)
+        return sequence_positions(input_ids, span, segment_ids)
+
+    @property
+    def draws_positions_at_eval(self) -> bool:
+        """Whether evaluation forwards draw random positions (``random_positions_at_eval``): each forward sees a
+        sequence whole, so such a model decodes by full forwards, never with a KV cache."""
+        return any(block.attn.positions_drawn_at_eval() for block in self.blocks)
 
     def forward(
         self,
@@ -245,7 +251,8 @@ class TransformerLM(nn.Module):
         temperature 0 decodes greedily; top_k keeps the k most likely tokens. With ``use_cache`` the
         prompt is prefilled once into a cache preallocated for the whole output and each step attends
         from one new query to it; without it every step recomputes the whole sequence (same tokens,
-        for testing and comparison). Runs in eval mode (no dropout) and restores the previous mode.
+        for testing and comparison; a model that draws positions at evaluation always decodes so). Runs in
+        eval mode (no dropout) and restores the previous mode.
         Prompts of different lengths: left-padded, with ``attention_mask`` (B, S) of 1 (token) and 0
         (padding); each row then generates what its prompt alone generates (greedy), and the padding stays in
         the output.
