@@ -411,3 +411,18 @@ def test_two_ctrl_c_within_milliseconds_exit_130_after_saving(tmp_path, moment):
     assert result.returncode == 130 and "Traceback" not in result.stderr, (result.returncode, result.stderr[-2000:])
     assert "tra: interrupted after step 2: saved a checkpoint; continue with --resume" in result.stderr
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000002"]
+
+
+def test_a_resume_on_another_cpu_thread_count_says_it_is_not_bit_identical(tmp_path, capsys):
+    """Sums split over threads round differently: every kind's last bits depend on the thread count."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        train(tiny(steps=4), tmp_path, progress=False)
+        torch.set_num_threads(2)
+        capsys.readouterr()
+        train(tiny(steps=6), tmp_path, resume=True, progress=False)
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr().out
+    assert "was trained on 1 CPU threads, this process has 2" in out and "OMP_NUM_THREADS=1 for a bit-identical" in out

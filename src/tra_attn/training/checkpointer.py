@@ -40,6 +40,7 @@ class Checkpointer:
         if self.processes.any(bool(nonfinite_tensors(weights)), self.device):
             raise TrainingDiverged(step, latest_checkpoint(self.run_dir), "a weight")
         state = {"rng": torch.get_rng_state(), "step": step, "train_seconds": self.seconds()}
+        state["cpu_threads"] = torch.get_num_threads()  # the last bits of a CPU run depend on it (resume.py)
         if fit_step is not None:
             state["fit_step"] = fit_step
         if torch.device(self.device).type == "cuda":

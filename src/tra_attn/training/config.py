@@ -15,6 +15,7 @@ from ..data import make_task
 from ..layers import check_model_config
 from ..models import ModelConfig
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
+from .length_spread import check_spread_lengths
 
 VERSION = 7
 DEVICE_TYPES = ("cpu", "cuda")
@@ -31,8 +32,6 @@ def check_seed(value, what: str):
 def check_spread(task, length: int, spread: float) -> None:
     """A ValueError if the task's rows cannot take packed documents (they pack their own already), or if the
     spread has no shorter valid length of the task to draw (``length_spread.check_spread_lengths``)."""
-    from .length_spread import check_spread_lengths
-
     if task.sample(1, length, 0).model_args:
         raise ValueError(
             f"TrainConfig.length_spread = {spread}: the {task.name} task's rows already pack documents; expected 0"

@@ -140,6 +140,13 @@ def restore(run_dir: Path, config: TrainConfig, resume: bool, device: str, proce
     else:
         optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
+    threads, cpu = state.get("cpu_threads"), torch.device(device).type == "cpu"
+    if cpu and threads is not None and threads != torch.get_num_threads() and processes.is_main:
+        print(
+            f"--resume: {checkpoint} was trained on {threads} CPU threads, this process has "
+            f"{torch.get_num_threads()}: the run continues exactly as far as the order of floating-point sums "
+            f"allows (set OMP_NUM_THREADS={threads} for a bit-identical continuation)"
+        )
     if "cuda_rng" in state and not processes.distributed:
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     return model, optimizer, state["step"], state.get("train_seconds", 0.0), fit_step

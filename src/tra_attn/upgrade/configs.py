@@ -11,10 +11,10 @@ Released formats:
 
 Two steps bring them to this version: to 0.2's content (``_model_to_0_2``, ``_train_to_0_2``), then to the
 current one (``_flat_to_options`` and ``_options_to_current``; for a training config, no length spread and its
-model converted). Every
-development version between two releases is read by the step to the next release (each change is a default
-for a field that did not exist yet, or a move that finds nothing to move), so unreleased versions need no step
-of their own.
+model converted). Every development version between two releases is read by the step to the next release (each
+change is a default for a field that did not exist yet, or a move that finds nothing to move), so unreleased
+versions need no step of their own. What a released version wrote must be there: a 0.2 config that lost a flat
+option field, or holds an option twice, is refused by name.
 """
 
 from __future__ import annotations
