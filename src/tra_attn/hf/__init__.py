@@ -1,8 +1,10 @@
-"""Hugging Face interop (optional extra ``[hf]``): ``TRAConfig``, ``TRAForCausalLM``, tokenizers, conversion.
+"""Hugging Face interop (optional extra ``[hf]``): ``TRAConfig``, ``TRAForCausalLM``, tokenizers, conversion, and
+TRA inside transformers' own classes (``add_tra``, ``load_tra``: ``attn_implementation="tra"``, ``interface.py``).
 
 Importing this package registers the model with ``AutoConfig``, ``AutoModelForCausalLM`` and
-``AutoTokenizer``. ``import tra_attn`` does that too, as soon as ``transformers`` is imported (before or
-after), without importing ``transformers`` itself (see ``tra_attn/hf_hook.py``).
+``AutoTokenizer``, and the attention function "tra" with transformers' attention and mask interfaces.
+``import tra_attn`` does that too, as soon as ``transformers`` is imported (before or after), without importing
+``transformers`` itself (see ``tra_attn/hf_hook.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa
 
 from .configuration import MODEL_TYPE, TRAConfig  # noqa: E402
 from .convert import to_hf, to_native  # noqa: E402
+from .interface import add_tra, load_tra  # noqa: E402
 from .modeling import TRACache, TRAForCausalLM  # noqa: E402
 from .tokenization import TRAByteTokenizer, hf_tokenizer  # noqa: E402
 
@@ -37,7 +40,9 @@ __all__ = [
     "TRACache",
     "TRAConfig",
     "TRAForCausalLM",
+    "add_tra",
     "hf_tokenizer",
+    "load_tra",
     "register",
     "to_hf",
     "to_native",
