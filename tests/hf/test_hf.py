@@ -273,12 +273,19 @@ def test_the_hugging_face_guide_example_runs(tmp_path, monkeypatch):
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "[docs/huggingface.md](docs/huggingface.md)" in readme.split("## Hugging Face", 1)[1]
     guide = (Path(__file__).parents[2] / "docs" / "huggingface.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", guide, re.S)
+    block, retrofit = re.findall(r"```python\n(.*?)```", guide, re.S)
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).save_pretrained("lm")
     to_hf("lm", "my_model_hf")  # what the README's `tra convert` line makes
     exec(compile(block, "README.md", "exec"), {})
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    sizes = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    LlamaForCausalLM(LlamaConfig(**sizes)).save_pretrained("path/to/llama")  # the guide's own model
+    names = {}
+    exec(compile(retrofit, "docs/huggingface.md", "exec"), names)
+    assert names["model"].config.tra["rope"] == "remove" and names["model"].config._attn_implementation == "tra"
 
 
 def test_a_converted_folder_loads_without_importing_tra_attn_through_trust_remote_code(tmp_path):
