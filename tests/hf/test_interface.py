@@ -95,7 +95,7 @@ def test_the_gates_train_and_save_and_load_with_the_model(tmp_path):
     model = tiny(keep_surrogate=1.0, gate_bias_init=1.0).train()
     x = ids()
     model(x, labels=x).loss.backward()
-    gates = [m.tra_gate for m in attention_modules(model)]
+    gates = [m.forget_gate for m in attention_modules(model)]
     assert len(gates) == 2 and all(g.weight.grad is not None and g.weight.grad.abs().sum() > 0 for g in gates)
     assert torch.equal(gates[0].bias.detach(), torch.ones(4))
     model.eval().save_pretrained(tmp_path)

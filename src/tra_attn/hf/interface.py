@@ -3,7 +3,7 @@ runs its attention through transformers' attention interface (``_supports_attent
 
 transformers calls a registered attention function with the attention module and its projected (and, in those
 models, rotated) q, k and v; it does not pass the hidden state, which TRA's per-query forget gate reads. So
-``add_tra(model)`` attaches the gate to each attention module (``tra_gate``, a Linear(hidden, heads) initialised as
+``add_tra(model)`` attaches the gate to each attention module (``forget_gate``, a Linear(hidden, heads) initialised as
 ``TRAAttention`` initialises its gate: weights at the model's initializer range, bias at ``gate_bias_init``) and a
 forward pre-hook that hands the module its input hidden state. A hook, not a subclass: it leaves every model
 class and its checkpoints as transformers wrote them, and works on any attention module that takes
@@ -36,17 +36,17 @@ ROPE_CHOICES = ("keep", "remove")
 SETTINGS = ("threshold", "local_window", "keep_surrogate", "gate_bias_init", "rope")
 
 
-def tra_attention(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def attention_forward(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention-function contract: q (B, H, Sq, D), k and v (B, Hkv, Sk, D), the padding mask of
-    ``tra_padding_mask`` (B, Sk or fewer: a static cache's filled slots) or None -> ((B, Sq, H, D), None). The
+    ``padding_mask`` (B, Sk or fewer: a static cache's filled slots) or None -> ((B, Sq, H, D), None). The
     queries are the last Sq of the keys, as in every cache but a static one's unfilled tail, which is trimmed."""
-    hidden = module.__dict__.pop("_tra_hidden", None)
-    if hidden is None or not hasattr(module, "tra_gate"):
+    hidden = module.__dict__.pop("_gate_input", None)
+    if hidden is None or not hasattr(module, "forget_gate"):
         raise ValueError(
             f"attn_implementation='tra' on {type(module).__name__} without TRA's gate; expected a model prepared by "
             "tra_attn.hf.add_tra(model) (or loaded by tra_attn.hf.load_tra(folder))"
         )
-    settings = module.tra_settings
+    settings = module.threshold_settings
     if attention_mask is not None and attention_mask.shape[-1] < key.shape[2]:  # a static cache's filled slots
         key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     if attention_mask is not None and bool(attention_mask.all()):
@@ -56,7 +56,7 @@ def tra_attention(module: nn.Module, query, key, value, attention_mask, scaling=
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     eps = getattr(module.config, "rms_norm_eps", 1e-6)
     q, k = rms_normalize(query, eps), rms_normalize(key, eps)
-    log_gate = F.logsigmoid(module.tra_gate(hidden).float()).transpose(1, 2)
+    log_gate = F.logsigmoid(module.forget_gate(hidden).float()).transpose(1, 2)
     out = threshold_relative_attention(
         q,
         k,
@@ -70,7 +70,7 @@ def tra_attention(module: nn.Module, query, key, value, attention_mask, scaling=
     return out.transpose(1, 2).contiguous(), None
 
 
-def tra_padding_mask(
+def padding_mask(
     batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=causal_mask_function,
     attention_mask=None, **kwargs,
 ):  # fmt: skip
@@ -91,13 +91,13 @@ def tra_padding_mask(
     return None if used == kv_length and bool(mask.all()) else mask
 
 
-AttentionInterface.register(NAME, tra_attention)
-AttentionMaskInterface.register(NAME, tra_padding_mask)
+AttentionInterface.register(NAME, attention_forward)
+AttentionMaskInterface.register(NAME, padding_mask)
 
 
 def _keep_hidden(module: nn.Module, args, kwargs):
     """Forward pre-hook: the attention module's input hidden state, for its gate."""
-    module._tra_hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    module._gate_input = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
 
 
 class _NoRotation(nn.Module):
@@ -158,8 +158,8 @@ def add_tra(
         gate = nn.Linear(config.hidden_size, heads, bias=True, device=module.q_proj.weight.device)
         nn.init.normal_(gate.weight, std=std)
         nn.init.constant_(gate.bias, settings["gate_bias_init"])
-        module.tra_gate = gate.to(module.q_proj.weight.dtype)
-        module.tra_settings = settings
+        module.forget_gate = gate.to(module.q_proj.weight.dtype)
+        module.threshold_settings = settings
         module.register_forward_pre_hook(_keep_hidden, with_kwargs=True)
     if rope == "remove":
         for parent in [m for m in model.modules() if hasattr(m, "rotary_emb")]:
