@@ -19,7 +19,6 @@ identity, so positions come from TRA alone; ``rope="keep"`` runs TRA on the rota
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from transformers.masking_utils import AttentionMaskInterface, causal_mask_funct
 
 from ..layers.norms import rms_normalize
 from ..ops.tra import threshold_relative_attention
+from .modeling import safetensors_files
 
 NAME = "tra"
 ROPE_CHOICES = ("keep", "remove")
@@ -196,7 +196,7 @@ def saved_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a ``save_pretrained`` folder (one safetensors file, or the shards its index names)."""
     from safetensors.torch import load_file
 
-    index = folder / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else [
-        "model.safetensors"]  # fmt: skip
+    files = safetensors_files(folder)
+    if not files:
+        raise ValueError(f"load_tra: {folder} holds no safetensors weights; expected a folder of save_pretrained")
     return {name: t for file in files for name, t in load_file(str(folder / file)).items()}

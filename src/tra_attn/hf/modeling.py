@@ -193,6 +193,18 @@ def check_left_padding(attention_mask) -> None:
         )
 
 
+def safetensors_files(folder: Path) -> list[str]:
+    """The safetensors files of a ``save_pretrained`` folder: the shards its index names, or its one file; none if
+    it has neither. A ValueError for an index that is not one."""
+    index = folder / f"{WEIGHTS_NAME}.index.json"
+    if index.is_file():
+        try:
+            return sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"from_pretrained: {index} is not a safetensors index ({err})") from None
+    return [WEIGHTS_NAME] if (folder / WEIGHTS_NAME).is_file() else []
+
+
 def check_stored_weights(folder) -> None:
     """A ValueError unless the safetensors files of a local Hugging Face folder hold exactly the tensors of its
     config's model (names, shapes, dtypes: ``models.io.check_weights``), read from the files' headers; nothing
@@ -200,15 +212,8 @@ def check_stored_weights(folder) -> None:
     if not isinstance(folder, (str, os.PathLike)):
         return
     folder = Path(folder)
-    index = folder / f"{WEIGHTS_NAME}.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f"from_pretrained: {index} is not a safetensors index ({err})") from None
-    elif (folder / WEIGHTS_NAME).is_file():
-        files = [WEIGHTS_NAME]
-    else:
+    files = safetensors_files(folder)
+    if not files:
         return
     config, _ = read_config(folder)
     with torch.device("meta"):  # shapes and dtypes, no memory

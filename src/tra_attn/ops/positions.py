@@ -74,12 +74,6 @@ def sequence_positions(input_ids: torch.Tensor, span: int, segment_ids: torch.Te
     for r in range(b):
         for d in document[r][real[r]].unique().tolist():
             where = (real[r] & (document[r] == d)).nonzero().flatten()
-            if where.numel() > span:
-                raise ValueError(
-                    f"random_positions = {span}; expected at least the sequence length {where.numel()} (positions "
-                    f"are a sorted random subset of [0, random_positions))"
-                )
             generator = torch.Generator().manual_seed(sequence_seed(ids[r, where]))
-            chosen = torch.rand(span, generator=generator).topk(where.numel(), sorted=False).indices
-            out[r, where] = chosen.sort().values
+            out[r, where] = random_positions(1, where.numel(), span, generator=generator)[0]
     return out.to(input_ids.device)
