@@ -106,7 +106,7 @@ def test_an_interrupted_run_resumes_in_the_store(question, capsys, monkeypatch):
     write_spec(question, lrs=(3e-3,), sweep=())
     sigint_during(monkeypatch, torch.optim.AdamW, "step", 12)
     code, _, err = tra_run(question, capsys)
-    assert code == 130 and "interrupted after step" in err
+    assert code == 130 and "interrupted after step" in err and "; run the same command again to continue" in err
     monkeypatch.undo()
     assert Evidence(question.parent / "runs").runs() == []
     assert tra_run(question, capsys)[0] == 0

@@ -106,8 +106,9 @@ def _run(args, process: bool) -> int:
     except Interrupted as err:
         if process:
             _ignore_signals(signal.SIGINT)
-        if speaks:
-            _say(f"tra: {err}")
+        if speaks:  # tra run and tra flipflop resume by being run again: they have no --resume
+            hint = "continue with --resume" if hasattr(args, "resume") else "run the same command again to continue"
+            _say(f"tra: {err.stopped}; {hint}")
         return err.exit_code
     except KeyboardInterrupt:
         if process:

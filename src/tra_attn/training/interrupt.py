@@ -24,7 +24,8 @@ class Interrupted(KeyboardInterrupt):
 
     def __init__(self, signum: int, step: int):
         name = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
-        super().__init__(f"{name} after step {step}: saved a checkpoint; continue with --resume")
+        self.stopped = f"{name} after step {step}: saved a checkpoint"
+        super().__init__(f"{self.stopped}; continue with --resume")
         self.signum, self.step = signum, step
 
     @property
