@@ -11,9 +11,12 @@ from .cache import KVCache, LayerCache
 from .cope import CoPEAttention, CoPEOptions
 from .fire import FIREAttention, FIREOptions
 from .fox import FoXAttention, FoXOptions
+from .fox_pro import FoXProAttention, FoXProOptions
+from .gated import GatedAttention, GatedOptions
 from .kerple import KERPLEAttention, KERPLEOptions
 from .nope import NoPEAttention
 from .options import KindOptions, NoOptions, option
+from .path import PaTHAttention, PaTHFoXAttention, PaTHFoXOptions, PaTHOptions
 from .registry import (
     ATTENTION_KINDS,
     AttentionKind,
@@ -23,23 +26,33 @@ from .registry import (
     unregister_attention,
 )
 from .rope import RoPEAttention, RoPEOptions
+from .selective import SelectiveAttention
+from .softpick import SoftpickAttention, SoftpickOptions
 from .ssmax import SSMaxAttention, SSMaxOptions
 from .stickbreaking import StickBreakingAttention, StickBreakingOptions
 from .t5 import T5Attention, T5Options
 from .tra import TRAAttention, TRAOptions
+from .wall import WallAttention, WallOptions
 
 register_attention(AttentionKind("tra", TRAAttention))
 register_attention(AttentionKind("nope", NoPEAttention))
 register_attention(AttentionKind("rope", RoPEAttention))
 register_attention(AttentionKind("alibi", ALiBiAttention, materializes_scores=True))
 register_attention(AttentionKind("fox", FoXAttention, materializes_scores=True))
+register_attention(AttentionKind("fox_pro", FoXProAttention, materializes_scores=True))
 register_attention(AttentionKind("cope", CoPEAttention, materializes_scores=True))
 register_attention(AttentionKind("t5", T5Attention))
 register_attention(AttentionKind("fire", FIREAttention))
 register_attention(AttentionKind("kerple", KERPLEAttention))
 register_attention(AttentionKind("stickbreaking", StickBreakingAttention))
+register_attention(AttentionKind("path", PaTHAttention, materializes_scores=True))
+register_attention(AttentionKind("path_fox", PaTHFoXAttention, materializes_scores=True))
 register_attention(AttentionKind("ssmax", SSMaxAttention))
 register_attention(AttentionKind("asentmax", ASEntmaxAttention))
+register_attention(AttentionKind("softpick", SoftpickAttention))
+register_attention(AttentionKind("gated", GatedAttention))
+register_attention(AttentionKind("selective", SelectiveAttention, materializes_scores=True))
+register_attention(AttentionKind("wall", WallAttention))
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -55,6 +68,10 @@ __all__ = [
     "FIREOptions",
     "FoXAttention",
     "FoXOptions",
+    "FoXProAttention",
+    "FoXProOptions",
+    "GatedAttention",
+    "GatedOptions",
     "KERPLEAttention",
     "KERPLEOptions",
     "KVCache",
@@ -62,8 +79,15 @@ __all__ = [
     "LayerCache",
     "NoOptions",
     "NoPEAttention",
+    "PaTHAttention",
+    "PaTHFoXAttention",
+    "PaTHFoXOptions",
+    "PaTHOptions",
     "RoPEAttention",
     "RoPEOptions",
+    "SelectiveAttention",
+    "SoftpickAttention",
+    "SoftpickOptions",
     "SSMaxAttention",
     "SSMaxOptions",
     "StickBreakingAttention",
@@ -72,6 +96,8 @@ __all__ = [
     "T5Options",
     "TRAAttention",
     "TRAOptions",
+    "WallAttention",
+    "WallOptions",
     "attention_kind",
     "check_model_config",
     "option",

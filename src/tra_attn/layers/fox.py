@@ -3,7 +3,7 @@
     out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D) + sum_{l=j+1..i} log f_l) v_j,
     f_l = sigmoid(w_h . x_l + b_h)   (a scalar forget gate per head and per key/time-step position)
 
-The basic FoX layer (no QK-norm, output gate or token shift of the "Pro" variant), no other
+The basic FoX layer (no QK-norm, output gate or token shift of the "Pro" variant: layers/fox_pro.py), no other
 positional encoding. The cache stores each key's log forget gate. In a packed or padded batch the op
 zeroes the gates of padding and of each document's first token (ops/fox.py).
 """
@@ -37,8 +37,11 @@ class FoXAttention(Attention):
     def post_init(self):
         nn.init.constant_(self.fgate_proj.bias, self.options.gate_bias_init)
 
+    def log_forget_gate(self, x):
+        """log f = logsigmoid(x w_h + b_h) of every new position, (B, H, S) in fp32."""
+        return F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)
+
     def attend(self, x, q, k, v, cache, segment_ids=None):
-        log_fgate = F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)  # (B, H, S)
-        k, v, extras = self.with_cache(cache, k, v, log_fgate=log_fgate)
+        k, v, extras = self.with_cache(cache, k, v, log_fgate=self.log_forget_gate(x))
         dropout = self.logit_dropout()
         return forgetting_attention(q, k, v, extras["log_fgate"], logit_dropout=dropout, segment_ids=segment_ids)

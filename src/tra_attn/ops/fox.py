@@ -8,6 +8,8 @@ intermediate (key/time-step) positions. With L = cumsum(log f) the bias is L_i -
 In a packed or padded batch (``segment_ids``) the gate is zeroed (f = 1) on padding and at the first
 token of each document, as the authors' code zeroes it on padding, and keys of other documents are
 masked: the sum then runs over the query's own document only, and left padding adds exact zeros to L.
+
+``token_shift`` is the key/value shift of the "Pro" layer (layers/fox_pro.py).
 """
 
 from __future__ import annotations
@@ -28,11 +30,28 @@ def forgetting_bias(log_lambda: torch.Tensor, sq: int, visible: torch.Tensor | N
     return bias.masked_fill(~visible, float("-inf"))
 
 
+def continues_document(segment_ids: torch.Tensor) -> torch.Tensor:
+    """(B, Sk) bool: key l is real and in the document of key l - 1 (False on padding and at a document's first
+    token, the row's first key included)."""
+    return (segment_ids >= 0) & (segment_ids == F.pad(segment_ids[:, :-1], (1, 0), value=-1))
+
+
 def document_gates(log_fgate: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
     """``log_fgate`` (B, H, Sk) with 0 wherever key l does not continue the document of key l - 1 (padding,
     or a document's first token): those gates only ever weigh keys of other documents."""
-    continues = (segment_ids >= 0) & (segment_ids == F.pad(segment_ids[:, :-1], (1, 0), value=-1))
-    return log_fgate.masked_fill(~continues[:, None], 0.0)
+    return log_fgate.masked_fill(~continues_document(segment_ids)[:, None], 0.0)
+
+
+def token_shift(z: torch.Tensor, mix: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """FoX (Pro)'s data-dependent token shift of keys or values z (B, H, Sk, D): (1 - a_l) z_l + a_l z_{l-1} with
+    a per-head mix a (B, H, Sk) in [0, 1], z_{l-1} = 0 at the row's first key and, with ``segment_ids`` (B, Sk),
+    wherever key l does not continue the document of key l - 1: nothing crosses a document start or comes from
+    padding. Computed in the dtype of ``mix`` (fp32 for half inputs), returned in z's."""
+    prev = F.pad(z[..., :-1, :], (0, 0, 1, 0))
+    if segment_ids is not None:
+        prev = prev.masked_fill(~continues_document(segment_ids)[:, None, :, None], 0.0)
+    a = mix[..., None]
+    return ((1 - a) * z + a * prev).to(z.dtype)
 
 
 def forgetting_attention(

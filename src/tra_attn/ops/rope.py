@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .masks import document_positions
+
 
 def rope_angles(positions: torch.Tensor, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape (..., S, dim) for integer positions (..., S) (per row of a batch: (B, S)); dim must
@@ -26,3 +28,15 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def rotate_new_positions(q, k, past: int, segment_ids=None, base: float = 10000.0):
+    """q and k (B, H, S, D) of the S positions after ``past`` cached ones, rotated at their positions: past,
+    past + 1, ..., or in a packed or padded batch (``segment_ids`` (B, past + S)) their positions in their document,
+    counted over its real tokens (layers/rope.py's positions, for the kinds that run on RoPE)."""
+    s = q.shape[-2]
+    if segment_ids is None:
+        cos, sin = rope_angles(torch.arange(past, past + s, device=q.device), q.shape[-1], base)
+    else:
+        cos, sin = rope_angles(document_positions(segment_ids)[:, None, -s:], q.shape[-1], base)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
