@@ -55,6 +55,13 @@ def attention_settings(kinds) -> list[str]:
     return [*kinds, *(TRA_ABLATIONS if "tra" in kinds else ())]
 
 
+def sharing_kinds() -> list[str]:
+    """The registered kinds whose default options share parameters across layers (``Attention.shared_parameters``)."""
+    from tra_attn import ATTENTION_KINDS
+
+    return [name for name, kind in sorted(ATTENTION_KINDS.items()) if kind.cls.shared_parameters(kind.cls.Options())]
+
+
 def attention_fields(name: str, **options) -> dict:
     """The ModelConfig fields of ``name``: a registered kind, or a TRA ablation (``TRA_ABLATIONS``), with
     ``options`` added to its attention options."""

@@ -1,6 +1,14 @@
 """Flip-flop, every attention kind, the TRA ablations, TRA's recommended configuration and randomized positions."""
 
-from tra_attn.experiments.methods import ABLATIONS, PAPER, RECOMMENDED, RECOMMENDED_SPREAD, RIVALS, randomized
+from tra_attn.experiments.methods import (
+    ABLATIONS,
+    FIRST_RIVALS,
+    PAPER,
+    RECOMMENDED,
+    RECOMMENDED_SPREAD,
+    as_first_run,
+    randomized,
+)
 from tra_attn.experiments.spec import Question
 
 spec = Question(
@@ -10,13 +18,13 @@ spec = Question(
         *PAPER[:1],
         *ABLATIONS,
         *PAPER[1:],
-        *RIVALS,
+        *FIRST_RIVALS,
         RECOMMENDED,
         RECOMMENDED_SPREAD,
-        randomized("rope", 1024),
-        randomized("alibi", 1024),
-        randomized("rope", 1024, at_eval=True),
-        randomized("alibi", 1024, at_eval=True),
+        as_first_run(randomized("rope", 1024)),
+        as_first_run(randomized("alibi", 1024)),
+        as_first_run(randomized("rope", 1024, at_eval=True)),
+        as_first_run(randomized("alibi", 1024, at_eval=True)),
     ),
     seeds=(0, 1, 2),
     lrs=(1e-3, 3e-3),

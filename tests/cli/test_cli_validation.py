@@ -118,7 +118,8 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--attention", "rope", "--tra-local-window", "4"],
         r"--tra-local-window is an option of tra; the model's attention is 'rope' "
-        r"\(its options: --rope-base, --rope-random-positions, --rope-random-positions-at-eval\)",
+        r"\(its options: --rope-base, --rope-random-positions, --rope-random-positions-at-eval, "
+        r"--rope-random-per-layer\)",
     ),
     (
         ["train", "--out", "{tmp}/r", "--attention", "nope", "--cope-max-pos", "4"],
@@ -138,7 +139,7 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/old_model.json"],
         r"--config {tmp}/old_model\.json: ModelConfig version 7, written by an earlier version of tra; expected "
-        r"version 8: convert it with `tra upgrade",
+        r"version 9: convert it with `tra upgrade",
     ),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 pytest.importorskip("transformers")
 
 from tests.cli.test_cli import run  # noqa: E402
-from tests.conftest import attention_fields, attention_settings  # noqa: E402
+from tests.conftest import attention_fields, attention_settings, sharing_kinds  # noqa: E402
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM  # noqa: E402
 from tra_attn.data.text.tokenizers import make_tokenizer  # noqa: E402
 from tra_attn.hf import TRAConfig, TRAForCausalLM, hf_tokenizer, to_hf, to_native  # noqa: E402
@@ -189,6 +189,38 @@ def test_conversion_is_exact_both_ways_and_pipelines_generate(tokenizer, tmp_pat
     assert run(["convert", tmp_path / "hf", "--to", "native", "--out", tmp_path / "back"], capsys)[0] == 0
     back = TransformerLM.from_pretrained(tmp_path / "back")
     assert back.config == model.config
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("kind", sharing_kinds())
+def test_parameters_shared_across_layers_save_once_and_load_tied_through_hugging_face(kind, tmp_path):
+    """save_pretrained writes a shared parameter once (safetensors refuses tensors sharing memory); from_pretrained,
+    whose loader gives the stored tensor to its one name, leaves every layer holding it (``tie_weights``), bit for
+    bit; conversion both ways keeps them so."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model, wrapper = pair(kind)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    wrapper.model.load_state_dict(model.state_dict())
+    aliases = model.shared_aliases()
+    wrapper.save_pretrained(tmp_path / "hf")
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(stored) == sorted(f"model.{name}" for name in model.state_dict())
+    model.save_pretrained(tmp_path / "native")
+    to_hf(tmp_path / "native", tmp_path / "converted")
+    to_native(tmp_path / "converted", tmp_path / "back")
+    ids = torch.randint(0, 40, (2, 9))
+    for folder in ("hf", "converted"):
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path / folder).eval()
+        assert isinstance(loaded, TRAForCausalLM) and loaded.model.shared_aliases() == aliases
+        for alias, name in aliases.items():
+            assert loaded.model.get_parameter(alias) is loaded.model.get_parameter(name)
+        assert torch.equal(loaded(ids, use_cache=False).logits, model(ids))
+    back = TransformerLM.from_pretrained(tmp_path / "back")
+    assert back.shared_aliases() == aliases
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values(), strict=True))
 
 

@@ -159,28 +159,60 @@ class AuthorsSparsemax(Function):
 # --- Ported from deep-spin/asentmax at commit be54bd3f9cfb9f17c80a8d956ea827f5cf93d07d ---------------------------
 
 
-def authors_asentmax_layer(layer, hidden_states, alpha):
-    """synthetic/src/models/architectures/sparse_gemma.py, ``SparseGemma2Attention``: the projections, the
-    "adapt-softplus-tanh" branch of ``_apply_length_scaling`` (attn_scale_delta 1, attn_scale_gamma_range 2, every
-    head scaled: no NAPE heads, no RoPE) and the eager path with ``entmax_bisect`` and Hugging Face's additive causal
-    mask, on ``layer``'s weights. Verbatim except that the weights stay in the inputs' dtype (no fp32 upcast)."""
+def get_nape_slopes(num_heads: int, num_alibi_heads: int, slope_type: str = "linear"):
+    """sparse_gemma.py, verbatim."""
+    if slope_type == "linear":
+        slopes = 1 / (torch.arange(1, num_alibi_heads + 1, dtype=torch.float32))
+    elif slope_type == "exp":
+        slopes = 1 / 2 ** (torch.arange(0, num_alibi_heads, dtype=torch.float32))
+    else:
+        raise NotImplementedError
+    return torch.cat((slopes, torch.zeros(num_heads - num_alibi_heads)))
+
+
+def make_bias_tensor(slopes: torch.Tensor, max_length: int):
+    """sparse_gemma.py, verbatim."""
+    pos_indices = torch.arange(max_length)
+    position_diff = pos_indices[None, :] - pos_indices[:, None]
+    position_diff = torch.tril(position_diff)
+    # Apply slopes - multiply each head's slope by the position differences
+    return (slopes.view(1, -1, 1, 1) * position_diff.view(1, 1, max_length, max_length)).contiguous()
+
+
+def authors_asentmax_layer(layer, hidden_states, alpha, apply_nape=False, scaled=True, max_seq_len=64):
+    """synthetic/src/models/architectures/sparse_gemma.py, ``SparseGemma2Attention``: the projections, with
+    ``apply_nape`` the NAPE heads of ``__init__`` (``alibi_num_heads = num_attention_heads // 2``, "linear" slopes, the
+    eager path's ``make_bias_tensor``), with ``scaled`` the "adapt-softplus-tanh" branch of ``_apply_length_scaling``
+    (attn_scale_delta 1, attn_scale_gamma_range 2, the last ``num_scaled_heads`` heads) and the eager path with
+    ``entmax_bisect`` (every head, the ALiBi ones too) and Hugging Face's additive causal mask, on ``layer``'s
+    weights; no RoPE (``apply_rotary: False``). Verbatim except that the weights stay in the inputs' dtype (no fp32
+    upcast; the slopes and bias table are cast to it)."""
     bsz, q_len, _ = hidden_states.size()
     num_heads, head_dim = layer.n_heads, layer.head_dim
+    if apply_nape:
+        alibi_num_heads = num_heads // 2
+        _num_nope_heads = num_heads - alibi_num_heads
+        alibi_slopes = get_nape_slopes(num_heads, alibi_num_heads, "linear")
+        alibi_bias = make_bias_tensor(alibi_slopes, max_seq_len).to(hidden_states.dtype)
+    num_scaled_heads = _num_nope_heads if apply_nape else num_heads
     query_states = layer.q_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
     key_states = layer.k_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
     value_states = layer.v_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
     k_len = key_states.shape[-2]
-    log_position = torch.log(torch.arange(2, 64 + 2, dtype=hidden_states.dtype)).reshape(1, 1, -1, 1)
-    log_position_slice = log_position[:, :, k_len - q_len : k_len, :]
-    scaled_queries = query_states[:, -num_heads:].clone()
-    attn_scale_beta = F.softplus(layer.beta_proj(hidden_states))
-    attn_scale_beta = attn_scale_beta.view(bsz, q_len, num_heads, 1).transpose(1, 2)
-    attn_scale_gamma = 2 * torch.tanh(layer.gamma_proj(hidden_states))
-    attn_scale_gamma = attn_scale_gamma.view(bsz, q_len, num_heads, 1).transpose(1, 2)
-    attn_scaler = 1 + attn_scale_beta * (log_position_slice**attn_scale_gamma)
-    query_states[:, -num_heads:] = scaled_queries * attn_scaler
+    if scaled:
+        log_position = torch.log(torch.arange(2, max_seq_len + 2, dtype=hidden_states.dtype)).reshape(1, 1, -1, 1)
+        log_position_slice = log_position[:, :, k_len - q_len : k_len, :]
+        scaled_queries = query_states[:, -num_scaled_heads:].clone()
+        attn_scale_beta = F.softplus(layer.beta_proj(hidden_states))
+        attn_scale_beta = attn_scale_beta.view(bsz, q_len, num_scaled_heads, 1).transpose(1, 2)
+        attn_scale_gamma = 2 * torch.tanh(layer.gamma_proj(hidden_states))
+        attn_scale_gamma = attn_scale_gamma.view(bsz, q_len, num_scaled_heads, 1).transpose(1, 2)
+        attn_scaler = 1 + attn_scale_beta * (log_position_slice**attn_scale_gamma)
+        query_states[:, -num_scaled_heads:] = scaled_queries * attn_scaler
     query_states = query_states * (1 / head_dim**0.5)
     attn_weights = torch.matmul(query_states, key_states.transpose(2, 3))
+    if apply_nape:
+        attn_weights = attn_weights + alibi_bias[..., -q_len:, -k_len:]
     future = torch.ones(q_len, k_len, dtype=torch.bool).triu(1)
     causal_mask = torch.zeros(q_len, k_len, dtype=attn_weights.dtype).masked_fill(
         future, torch.finfo(attn_weights.dtype).min
@@ -251,18 +283,70 @@ def test_the_exact_threshold_equals_bisection_with_ties_and_empty_rows(alpha):
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])
-def test_the_layer_equals_the_authors_asentmax_layer_forward_and_backward(impl):
+@pytest.mark.parametrize("nape", [True, False])
+@pytest.mark.parametrize("n_heads", [4, 3, 1])
+@pytest.mark.parametrize("scaling", ["adaptive", "none"])
+def test_the_layer_equals_the_authors_asentmax_layer_forward_and_backward(impl, nape, n_heads, scaling):
     torch.manual_seed(0)
-    layer = ASEntmaxAttention(d_model=24, n_heads=3, impl=impl).double()
+    layer = ASEntmaxAttention(d_model=8 * n_heads, n_heads=n_heads, impl=impl, nape=nape, scaling=scaling).double()
+    scaled = scaling == "adaptive"
+    if scaled:
+        assert layer.beta_proj.out_features == (n_heads - n_heads // 2 if nape else n_heads)
     with torch.no_grad():  # the authors' projections carry biases drawn by PyTorch's default initialisation
-        layer.beta_proj.bias.uniform_(-1, 1), layer.gamma_proj.bias.uniform_(-1, 1)
+        if scaled:
+            layer.beta_proj.bias.uniform_(-1, 1), layer.gamma_proj.bias.uniform_(-1, 1)
         for proj in (layer.q_proj, layer.k_proj):
             proj.weight.mul_(3)
-    x = torch.randn(2, 13, 24, dtype=torch.float64, requires_grad=True)
-    ours, theirs = layer(x), authors_asentmax_layer(layer, x, 1.5)
+    x = torch.randn(2, 13, 8 * n_heads, dtype=torch.float64, requires_grad=True)
+    ours, theirs = layer(x), authors_asentmax_layer(layer, x, 1.5, apply_nape=nape, scaled=scaled)
     assert max_error([ours], [theirs]) < 1e-13
     tensors = (x, *layer.parameters())
     assert max_error(grads(ours, tensors), grads(theirs, tensors)) < 1e-12
+
+
+def test_the_nape_slopes_and_that_they_matter():
+    assert ASEntmaxAttention(32, 4).slopes.tolist() == [1.0, 0.5, 0.0, 0.0]
+    assert torch.equal(ASEntmaxAttention(48, 6).slopes, get_nape_slopes(6, 3))  # fp32, as theirs
+    assert get_nape_slopes(6, 3).tolist() == pytest.approx([1, 1 / 2, 1 / 3, 0, 0, 0], rel=1e-7)
+    assert ASEntmaxAttention(24, 3).slopes.tolist() == [1.0, 0.0, 0.0]  # odd: H // 2 ALiBi heads, as theirs
+    assert ASEntmaxAttention(16, 2, nape=False).slopes is None
+    torch.manual_seed(0)
+    nape, plain = ASEntmaxAttention(32, 4).double(), ASEntmaxAttention(32, 4, nape=False).double()
+    x = torch.randn(1, 9, 32, dtype=torch.float64)
+    assert not torch.allclose(nape(x), plain(x))  # (the scaling projections differ in size: nothing to copy)
+
+
+@pytest.mark.parametrize("segments", [False, True])
+@pytest.mark.parametrize("block", [1, 4, 13])
+def test_the_chunked_path_with_alibi_slopes_equals_the_materialised_one(segments, block):
+    q, k, v = inputs()
+    seg, slopes = SEG if segments else None, torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    naive = entmax_naive(q, k, v, 1.5, segment_ids=seg, slopes=slopes)
+    chunked = entmax_chunked(q, k, v, 1.5, segment_ids=seg, block_size=block, slopes=slopes)
+    assert max_error([naive], [chunked]) < 1e-14
+    assert max_error(grads(naive, (q, k, v)), grads(chunked, (q, k, v))) < 1e-13
+    assert not torch.allclose(naive, entmax_naive(q, k, v, 1.5, segment_ids=seg))
+    for sq in (1, 5):  # decoding: the last sq queries against every key
+        tail = entmax_chunked(q[..., -sq:, :], k, v, 1.5, segment_ids=seg, block_size=block, slopes=slopes)
+        torch.testing.assert_close(tail, naive[..., -sq:, :], atol=1e-14, rtol=0)
+
+
+def test_alibi_slopes_in_a_packed_row_count_from_each_documents_start():
+    q, k, v = inputs(b=1, s=13)
+    slopes = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    for impl in ("naive", "chunked"):
+        packed = entmax_attention(q, k, v, impl=impl, segment_ids=SEG[:1], slopes=slopes)
+        for a, b in ((2, 5), (5, 13)):
+            alone = entmax_attention(*(t[..., a:b, :] for t in (q, k, v)), impl=impl, slopes=slopes)
+            torch.testing.assert_close(packed[..., a:b, :], alone, atol=1e-14, rtol=0)
+
+
+def test_the_chunked_path_with_slopes_saves_no_score_matrix():
+    q, k, v = inputs(b=1, h=2, s=256, d=4)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        entmax_chunked(q, k, v, 1.5, slopes=torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert max(saved) == 2 * 256 * 4
 
 
 @pytest.mark.parametrize("alpha", [1.5, 2.0])

@@ -5,7 +5,8 @@ Ported below from chijames/KERPLE, commit 25be3d712e96a3353b374f1f8e36b97d86f97f
 place to eps = 0.01, and its forward with the cached distance matrix and the decoding branch), without
 model parallelism and with the parameters on the CPU; and from ``megatron/model/transformer.py``
 (``ParallelSelfAttention.attention``) the scores q k^T / norm_factor passed through the bias, then the causal
-mask and the softmax.
+mask and the softmax. ``megatron/model/gpt2_model.py`` builds one ``ParallelKerpleLog`` and passes it to every layer
+(``rpe=rpe_emb``): the model's layers share it, each call clamping bias_p and bias_a in place before using them.
 """
 
 from __future__ import annotations
@@ -96,22 +97,135 @@ def test_forward_and_backward_equal_the_authors_in_fp64(impl, chunk, sq, sk):
         torch.testing.assert_close(a, e, atol=1e-12, rtol=0)
 
 
-def test_the_layer_keeps_r1_and_r2_above_the_authors_floor_with_a_straight_through_gradient():
+def test_a_model_shares_one_pair_across_its_layers_as_the_authors_one_module_in_fp64():
+    """The authors' model: one ParallelKerpleLog, called by every layer (each call clamps its parameters in place).
+    Ours: the layers of a two-layer model (the same r1, r2), layer 1's queries read layer 0's output; the outputs and
+    every gradient (r1's and r2's: the sum of both layers') equal the authors', and r2 is clamped in place in both."""
+    torch.manual_seed(0)
+    b, h, d, s = 2, 4, 8, 13
+    model = TransformerLM(ModelConfig(d_model=h * d, n_heads=h, n_layers=2, attention="kerple")).double()
+    first, second = (block.attn for block in model.blocks)
+    assert first.r1 is second.r1 and first.r2 is second.r2
+    ported = PortedKerpleLog(h)
+    with torch.no_grad():
+        ported.bias_a[0] = 0.001  # below the floor: both clamp it at their first forward
+        first.r1.copy_(ported.bias_p.view(h))
+        first.r2.copy_(ported.bias_a.view(h))
+    inputs = [torch.randn(b, h, s, d, dtype=torch.float64, requires_grad=True) for _ in range(6)]
+    q0, k0, v0, q1, k1, v1 = inputs
+    theirs = ported_attention(q1 + ported_attention(q0, k0, v0, ported), k1, v1, ported)
+    ours = second.attend(None, q1 + first.attend(None, q0, k0, v0, None), k1, v1, None)
+    assert ported.bias_a.view(h)[0] == 0.01 and first.r2[0] == 0.01
+    torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+    grad = torch.randn_like(ours)
+    theirs_grads = torch.autograd.grad(theirs, [*inputs, ported.bias_p, ported.bias_a], grad)
+    ours_grads = torch.autograd.grad(ours, [*inputs, first.r1, first.r2], grad)
+    for a, e in zip(ours_grads, theirs_grads):
+        torch.testing.assert_close(a, e.view(a.shape), atol=1e-12, rtol=0)
+
+
+def kerple_model(**options) -> TransformerLM:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=11, d_model=16, n_heads=4, n_layers=2, attention="kerple", attention_options=options
+    )
+    return TransformerLM(config).double()
+
+
+def test_one_parameter_for_both_layers_whose_gradient_is_the_sum_of_theirs():
+    """shared=True: one r1 and one r2 (one tensor in every layer, counted and optimized once, saved once); its gradient
+    is the sum of the gradients that the layers' own pairs get in the former kind (shared=False, same values)."""
+    shared, own = kerple_model(), kerple_model(shared=False)
+    assert [n for n in shared.state_dict() if n.endswith((".r1", ".r2"))] == ["blocks.0.attn.r1", "blocks.0.attn.r2"]
+    assert shared.num_parameters() == own.num_parameters() - 2 * 4
+    names = [name for name, _ in shared.named_parameters()]
+    assert "blocks.0.attn.r1" in names and "blocks.1.attn.r1" not in names
+    own.load_state_dict(shared.state_dict(), strict=False)  # every weight, and layer 1's pair below
+    for block in own.blocks:
+        block.attn.r1.data.copy_(shared.blocks[0].attn.r1)
+        block.attn.r2.data.copy_(shared.blocks[0].attn.r2)
+    ids = torch.randint(0, 11, (2, 12))
+    shared(ids, labels=ids).sum().backward()
+    own(ids, labels=ids).sum().backward()
+    for name in ("r1", "r2"):
+        both = sum(getattr(block.attn, name).grad for block in own.blocks)
+        torch.testing.assert_close(getattr(shared.blocks[1].attn, name).grad, both, atol=1e-12, rtol=0)
+        assert not torch.equal(getattr(own.blocks[0].attn, name).grad, both)
+
+
+def test_a_step_below_the_floor_is_clamped_in_place_at_the_next_forward_as_the_authors_do():
+    """clamp="in_place": an optimizer step that takes r2 below eps leaves it there until the next forward, which sets
+    the stored value to eps (as the authors' forward) before using it, and it stays there; the former
+    straight-through floor computes the same forward but leaves the stored value below eps."""
+    ported = PortedKerpleLog(4)
+    for clamp in ("in_place", "straight_through"):
+        model = kerple_model(clamp=clamp)
+        r2 = model.blocks[0].attn.r2
+        with torch.no_grad():
+            ported.bias_a.copy_(r2.view(4, 1, 1))
+        for p in (r2, ported.bias_a):
+            p.grad = torch.zeros_like(p)
+            p.grad.view(-1)[1] = 10.0
+            torch.optim.SGD([p], lr=1.0).step()  # r2[1] - 10 < 0.01
+            assert p.view(-1)[1] < 0
+        ported(torch.zeros(1, 4, 3, 3, dtype=torch.float64))
+        assert ported.bias_a.view(-1)[1] == 0.01  # the authors' forward clamped it in place
+        ids = torch.randint(0, 11, (2, 7))
+        out = model(ids)
+        at_floor = kerple_model(clamp=clamp)
+        at_floor.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            at_floor.blocks[0].attn.r2.clamp_(min=0.01)
+        assert torch.equal(out, at_floor(ids))  # either way the forward uses max(r2, eps)
+        if clamp == "in_place":
+            assert r2[1] == 0.01 and torch.equal(r2, ported.bias_a.view(-1))
+            model(ids, labels=ids).sum().backward()
+            assert r2[1] == 0.01 and r2.grad[1] != 0  # after the next forward and backward too
+        else:
+            assert r2[1] < 0  # the stored value is never changed
+            model(ids, labels=ids).sum().backward()
+            assert r2.grad[1] != 0  # the gradient passes straight through to it
+
+
+def test_the_train_step_hook_clamps_the_stored_values_before_the_forwards():
+    """So that a model whose forwards see gathered copies (FSDP) still starts each step from eps."""
+    model = kerple_model()
+    r1 = model.blocks[1].attn.r1
+    r1.data[2] = -3.0
+    model.set_train_step(5)
+    assert r1[2] == 0.01
+    former = kerple_model(clamp="straight_through")
+    former.blocks[0].attn.r1.data[2] = -3.0
+    former.set_train_step(5)
+    assert former.blocks[0].attn.r1[2] == -3.0
+
+
+def test_a_layer_built_alone_has_its_own_pair_and_the_options_check():
     torch.manual_seed(0)
     layer = KERPLEAttention(d_model=16, n_heads=4, r1_init=3.0, r2_init=0.5).double()
     assert (layer.r1 > 0).all() and (layer.r1 < 3).all() and (layer.r2 < 0.5).all()
     with torch.no_grad():
-        layer.r2[1] = -1.0  # below the floor (an optimizer step may take it there)
-    x = torch.randn(1, 9, 16, dtype=torch.float64)
-    out = layer(x)
-    with torch.no_grad():
-        layer.r2[1] = 0.01
-    torch.testing.assert_close(layer(x), out, atol=0, rtol=0)  # computed with r2 = 0.01
-    layer.r2.data[1] = -1.0
-    layer(x).sum().backward()
-    assert layer.r2.grad[1] != 0  # the gradient still reaches it, as the authors' clamp-then-step does
-    model = TransformerLM(ModelConfig(d_model=16, n_heads=4, n_layers=2, attention="kerple"))
-    r1 = [block.attn.r1 for block in model.blocks]
+        layer.r2[1] = -1.0
+    layer(torch.randn(1, 9, 16, dtype=torch.float64)).sum().backward()  # its own parameters, clamped in place
+    assert layer.r2[1] == 0.01 and layer.r2.grad is not None
+    assert KERPLEOptions() == KERPLEOptions(shared=True, clamp="in_place")
+    assert ModelConfig(attention="kerple").attention_options == KERPLEOptions()
+    former = TransformerLM(
+        ModelConfig(
+            d_model=16,
+            n_heads=4,
+            n_layers=2,
+            attention="kerple",
+            attention_options={"shared": False, "clamp": "straight_through"},
+        )
+    )
+    r1 = [block.attn.r1 for block in former.blocks]
     assert not torch.equal(*r1) and all(((r > 0) & (r < 2)).all() for r in r1)
     with pytest.raises(ValueError, match=r"KERPLEOptions\.r2_init = 0\.0; expected a finite positive number"):
         KERPLEOptions(r2_init=0.0)
+    with pytest.raises(
+        ValueError, match=r"KERPLEOptions\.clamp = 'no'; expected one of \('in_place', 'straight_through'\)"
+    ):
+        KERPLEOptions(clamp="no")
+    with pytest.raises(ValueError, match=r"KERPLEOptions\.shared = 1; expected true or false"):
+        KERPLEOptions(shared=1)

@@ -20,15 +20,21 @@ from tra_attn.layers import (
     CoPEOptions,
     FIREOptions,
     FoXOptions,
+    FoXProOptions,
+    GatedOptions,
     KERPLEOptions,
     KindOptions,
     NoOptions,
+    PaTHFoXOptions,
+    PaTHOptions,
     RoPEOptions,
+    SoftpickOptions,
     SSMaxOptions,
     StickBreakingOptions,
     T5Options,
     TRAAttention,
     TRAOptions,
+    WallOptions,
 )
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import load_train_state
@@ -48,6 +54,7 @@ def test_every_kind_declares_its_options_and_only_those():
         "rope": RoPEOptions,
         "alibi": ALiBiOptions,
         "fox": FoXOptions,
+        "fox_pro": FoXProOptions,
         "cope": CoPEOptions,
         "t5": T5Options,
         "fire": FIREOptions,
@@ -55,6 +62,12 @@ def test_every_kind_declares_its_options_and_only_those():
         "stickbreaking": StickBreakingOptions,
         "ssmax": SSMaxOptions,
         "asentmax": ASEntmaxOptions,
+        "softpick": SoftpickOptions,
+        "gated": GatedOptions,
+        "selective": NoOptions,
+        "path": PaTHOptions,
+        "path_fox": PaTHFoXOptions,
+        "wall": WallOptions,
     }
     assert TRAOptions.names()[-2:] == ["gate", "distance"]  # the ablations are options of TRA, not kinds
     assert all(issubclass(options, KindOptions) for options in declared.values())
@@ -69,7 +82,7 @@ def test_the_config_holds_the_kinds_options_filled_with_defaults_and_round_trips
     assert config.attention_options == TRAOptions(local_window=4, keep_surrogate=1.0)
     assert isinstance(config.attention_options.keep_surrogate, float)  # an int for a float option: a float
     saved = config.to_dict()
-    assert saved["version"] == 8 and saved["attention_options"]["local_window"] == 4
+    assert saved["version"] == 9 and saved["attention_options"]["local_window"] == 4
     assert saved["attention_options"] == dataclasses.asdict(TRAOptions(local_window=4, keep_surrogate=1.0))
     assert ModelConfig.from_dict(json.loads(config.to_json())) == config
     assert ModelConfig(attention="rope").attention_options == RoPEOptions(base=10000.0)
@@ -125,7 +138,7 @@ def test_models_saved_by_0_2_load_and_compute_the_logits_they_did(name, tmp_path
         refusal = rf"{config}: a Hugging Face config written by an earlier version of tra \(the flat option fields "
         refusal += rf"\[.*'rope_base'.*\]\); convert its folder with `tra upgrade {folder}`"
     else:
-        refusal = rf"{config}: ModelConfig version 6, written by an earlier version of tra; expected version 8: "
+        refusal = rf"{config}: ModelConfig version 6, written by an earlier version of tra; expected version 9: "
         refusal += rf"convert it with `tra upgrade {config}`"
     with pytest.raises(OldVersion, match=refusal):
         TransformerLM.from_pretrained(folder)
@@ -158,7 +171,7 @@ def test_a_hugging_face_folder_written_by_0_2_loads_through_the_auto_classes(tmp
             load(folder)
     assert upgrade(folder) == [folder / "config.json"]
     wrapper = AutoModelForCausalLM.from_pretrained(folder).eval()
-    every_option = {"base": 500.0, "random_positions": 0, "random_positions_at_eval": False}  # later ones: defaults
+    every_option = {"base": 500.0, "random_positions": 0, "random_positions_at_eval": False, "random_per_layer": True}
     assert wrapper.config.attention_options == every_option
     assert not hasattr(wrapper.config, "rope_base")  # folded into the options, not kept beside them
     with torch.no_grad():

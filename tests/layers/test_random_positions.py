@@ -1,34 +1,126 @@
 """Randomized positional encodings (Ruoss et al., ACL 2023) as the ``random_positions`` option of the position-based
-kinds: training forwards draw one sorted random subset of [0, N) per row, shared by every layer; evaluation and
-generation use plain positions, or with ``random_positions_at_eval`` draw them too (a draw per sequence, a function
-of its tokens); resuming a run repeats the draws; no graph break."""
+kinds: training forwards draw per row a sorted random subset of [0, N), one draw for every layer (t5, fire, kerple;
+rope with ``random_per_layer`` false; alibi with ``random_distances`` false) or, as the authors' code does, a draw
+per layer (rope) and, for ALiBi, random distances (a sorted random subset of [1, N) replaces 1, ..., S - 1), checked
+against the authors' functions ported below; evaluation and generation use plain positions, or with
+``random_positions_at_eval`` draw them too (a draw per sequence and layer, a function of its tokens); resuming a run
+repeats the draws; no graph break."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from tests.training.test_train import assert_same_weights, losses, tiny
 from tra_attn import ModelConfig, TransformerLM
-from tra_attn.ops.positions import random_positions, sequence_positions
+from tra_attn.layers.alibi import ALiBiOptions
+from tra_attn.layers.rope import RoPEOptions
+from tra_attn.ops.alibi import alibi_attention, alibi_slopes, document_alibi_bias
+from tra_attn.ops.masks import causal_mask
+from tra_attn.ops.positions import drawn_distances, random_distances, random_positions, sequence_positions
+from tra_attn.ops.rope import apply_rope, rope_angles
 from tra_attn.training import train
 
 KINDS = ["rope", "alibi", "t5", "fire", "kerple"]
 SPAN = 50
+# The options that give rope and alibi the former draw: one sorted subset of [0, N) shared by every layer.
+FORMER = {"rope": {"random_per_layer": False}, "alibi": {"random_distances": False}}
 
 
-def pair(kind: str, at_eval: bool = False, **fields) -> tuple[TransformerLM, TransformerLM]:
-    """The same weights with random positions in [0, SPAN) (also at evaluation if ``at_eval``) and without."""
+def authors_rel_shift_inner(logits: np.ndarray, attention_length: int) -> np.ndarray:
+    """Ported from google-deepmind/randomized_positional_encodings, models/positional_encodings.py at commit
+    e8c64749d8cad7772dc7ade75b32ef9b2b29b466, ``_rel_shift_inner``: verbatim except numpy for jax (``jax.lax.slice``
+    as numpy slices)."""
+    if logits.ndim != 2:
+        raise ValueError("`logits` needs to be an array of dimension 2.")
+    tq, total_len = logits.shape
+    assert total_len == tq + attention_length
+    logits = np.reshape(logits, [total_len, tq])
+    logits = logits[1:]
+    logits = np.reshape(logits, [tq, total_len - 1])
+    return logits[:, :attention_length]
+
+
+def authors_noisy_alibi_biases(attention_shape, noise_max_length: int, sample: np.ndarray) -> np.ndarray:
+    """Ported from the same file and commit, ``compute_noisy_alibi_encodings_biases`` with their default
+    ``randomize_both_sides=False``: verbatim except numpy for jax, ``sample`` (max(Sq, Sk) - 1 distinct
+    integers of [1, noise_max_length)) for their ``jrandom.choice(hk.next_rng_key(), jnp.arange(1,
+    noise_max_length), replace=False)``, their ``relative_shift`` (a vmap of ``_rel_shift_inner`` over the two
+    leading axes) as one call on the (Sq, 2 Sk) matrix, and the slopes from ours (equal to their
+    ``_get_alibi_slopes``)."""
+    num_heads, q_seq_len, k_seq_len = attention_shape
+    assert sample.shape == (max(q_seq_len, k_seq_len) - 1,) and len(set(sample.tolist())) == sample.size
+    assert sample.min(initial=1) >= 1 and sample.max(initial=1) < noise_max_length
+    symmetric_positions = -np.sort(sample).astype(np.float64)
+    right_positions = symmetric_positions[: k_seq_len - 1]
+    left_positions = np.flip(symmetric_positions)[: q_seq_len - 1]
+    left_positions += 0.5
+    left_positions = np.concatenate((np.zeros((1,)), left_positions))  # their jnp.empty: a dummy, never read
+    positions = np.concatenate((left_positions, np.zeros((1,)), right_positions))
+    positions = np.tile(positions, (q_seq_len, 1))
+    alibi = authors_rel_shift_inner(positions, attention_length=k_seq_len)
+    return alibi * alibi_slopes(num_heads).double().numpy()[:, None, None]
+
+
+def authors_noisy_rotary(x: np.ndarray, noise_max_length: int, indexes: np.ndarray, max_time: float) -> np.ndarray:
+    """Ported from the same file and commit, ``apply_rotary_encoding`` with ``noisy=True`` as models/transformer.py
+    calls it (``position=jnp.arange(noise_max_length)[None, :]``) on x (B, T, H, D), and
+    ``_rope_kernel``: verbatim except numpy for jax, fp64, and ``indexes`` (the sorted draw) for the draw of their
+    ``noisy_fixed_positional_encodings`` (``jnp.sort(jrandom.choice(rng, jnp.arange(noise_max_length), (T,),
+    replace=False))``). Their channel pairs are adjacent (2c, 2c + 1); ours are (c, c + D/2)."""
+    position = np.arange(noise_max_length)[None, :]
+    freq_seq = np.arange(x.shape[-1] // 2, dtype=np.float64)
+    freq_seq = freq_seq / (x.shape[-1] // 2)
+    inv_freq = max_time**-freq_seq
+    inv_freq = np.repeat(inv_freq, 2, 0)
+    t = position[:, :, None, None] * inv_freq[None, None, None, :]
+    t = t[0, :, 0][indexes]  # noisy_fixed_positional_encodings(t[0, :, 0], x.shape[1], rng=rng)
+    t = t[None, :, None, :]
+    n = x.shape[-1]
+    kernel = np.zeros((n, n))
+    for i in range(n):
+        if i % 2 == 0:
+            kernel[i, i + 1] = 1
+        else:
+            kernel[i, i - 1] = -1
+    x_rot = np.einsum("bthd,dD->bthD", x, kernel)
+    return x * np.cos(t) + np.sin(t) * x_rot
+
+
+def authors_noisy_draws(kind: str, num_layers: int, length: int, noise_max_length: int, generator) -> list:
+    """The draws of the authors' ``TransformerEncoder`` (models/transformer.py of the same repository and commit),
+    one per layer: each layer builds a new ``MultiHeadDotProductAttention``, whose noisy RoPE draws with its own
+    ``hk.next_rng_key()`` (one key for q and k) the sorted positions of ``noisy_fixed_positional_encodings``, and
+    whose noisy ALiBi draws the distances of ``compute_noisy_alibi_encodings_biases`` (sorted there). Their steps,
+    with ``jrandom.choice(key, a, shape=(n,), replace=False)`` as ``a[torch.randperm(len(a), generator)[:n]]``
+    (the keys as one generator's stream) and without the encodings themselves."""
+    draws = []
+    for _ in range(num_layers):
+        if kind == "rope":  # jnp.sort(jrandom.choice(rng, jnp.arange(noise_max_length), shape=(T,), replace=False))
+            indexes = torch.arange(noise_max_length)[torch.randperm(noise_max_length, generator=generator)[:length]]
+            draws.append(indexes.sort().values)
+        else:  # jrandom.choice(key, a=jnp.arange(1, noise_max_length), shape=(max(T_q, T_k) - 1,), replace=False)
+            a = torch.arange(1, noise_max_length)
+            draws.append(a[torch.randperm(len(a), generator=generator)[: length - 1]].sort().values)
+    return draws
+
+
+def pair(kind: str, at_eval: bool = False, former: bool = False, **fields) -> tuple[TransformerLM, TransformerLM]:
+    """The same weights with random positions in [0, SPAN) (also at evaluation if ``at_eval``; with the former
+    draw, one for every layer, if ``former``) and without."""
     config = ModelConfig(vocab_size=13, d_model=16, n_layers=3, n_heads=2, attention=kind, **fields)
     torch.manual_seed(0)
     plain = TransformerLM(config)
     with torch.no_grad():  # T5's table starts at zero (no positions at all): give it values
         for p in plain.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    options = dataclasses.replace(config.attention_options, random_positions=SPAN, random_positions_at_eval=at_eval)
+    changes = dict(random_positions=SPAN, random_positions_at_eval=at_eval, **(FORMER.get(kind, {}) if former else {}))
+    options = dataclasses.replace(config.attention_options, **changes)
     randomized = TransformerLM(dataclasses.replace(config, attention_options=options))
     randomized.load_state_dict(plain.state_dict())
     return randomized, plain
@@ -67,7 +159,8 @@ def test_the_draw_is_sorted_distinct_in_range_and_per_document():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_evaluation_ignores_the_option_and_training_draws_one_set_of_positions_for_every_layer(kind):
-    randomized, plain = pair(kind)
+    """t5, fire, kerple; rope and alibi with their former values (``FORMER``)."""
+    randomized, plain = pair(kind, former=True)
     ids = torch.randint(0, 13, (4, 17))
     randomized.eval(), plain.eval()
     with torch.no_grad():
@@ -141,8 +234,9 @@ def test_every_position_based_kind_randomizes_its_positions_as_a_method():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_with_the_at_eval_option_evaluation_draws_positions_per_sequence_and_training_is_unchanged(kind):
-    at_eval, plain = pair(kind, at_eval=True)
-    training, _ = pair(kind)
+    """t5, fire, kerple; rope and alibi with their former values (``FORMER``)."""
+    at_eval, plain = pair(kind, at_eval=True, former=True)
+    training, _ = pair(kind, former=True)
     ids = torch.randint(0, 13, (4, 17))
     at_eval.eval(), plain.eval()
     seen = record_positions(at_eval)
@@ -184,3 +278,149 @@ def test_every_position_based_kind_can_draw_its_positions_at_evaluation_too():
         method = randomized(kind, 1024, at_eval=True)
         assert method.kind == kind and method.label.endswith(", drawn at evaluation too")
         assert method.options == {"random_positions": 1024, "random_positions_at_eval": True}
+
+
+def test_the_options_default_to_the_authors_draws_and_refuse_a_non_boolean():
+    assert ALiBiOptions().random_distances is True and RoPEOptions().random_per_layer is True
+    with pytest.raises(ValueError, match=r"ALiBiOptions\.random_distances = 1; expected true or false"):
+        ALiBiOptions(random_distances=1)
+    with pytest.raises(ValueError, match=r"RoPEOptions\.random_per_layer = 'no'; expected true or false"):
+        RoPEOptions(random_per_layer="no")
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_a_draw_is_distributed_as_the_authors_draw(kind):
+    """Each sorted subset comes as often in our draw as in the authors' (uniformly: 1 in C(6, 3) positions of
+    [0, 6), 1 in C(5, 2) distances of [1, 6)); a distance table starts with d_0 = 0."""
+    n, length, span = 10_000, 3, 6
+    generator = torch.Generator().manual_seed(0)
+    if kind == "rope":
+        ours = random_positions(n, length, span, generator=generator)
+    else:
+        table = random_distances(n, length, span, generator=generator)
+        assert (table[:, 0] == 0).all()
+        ours = table[:, 1:]
+    theirs = torch.stack(authors_noisy_draws(kind, n, length, span, torch.Generator().manual_seed(1)))
+    subsets = math.comb(span, length) if kind == "rope" else math.comb(span - 1, length - 1)
+    counts = [
+        {tuple(subset): count for subset, count in zip(*(t.tolist() for t in d.unique(dim=0, return_counts=True)))}
+        for d in (ours, theirs)
+    ]
+    assert set(counts[0]) == set(counts[1]) and len(counts[0]) == subsets
+    for subset, count in counts[0].items():
+        assert abs(count / n - 1 / subsets) < 0.015 and abs(counts[1][subset] / n - 1 / subsets) < 0.015
+
+
+def test_our_alibi_bias_with_random_distances_is_a_function_of_i_minus_j_and_the_authors_for_the_same_sample():
+    """-m_h d_{i-j} on the visible keys, the authors' bias for the same sample, less the 0.5 m_h they add below the
+    diagonal (their bidirectional encoder's way to tell left from right, in their plain ALiBi too; neither of ours
+    has it); the attention equals a softmax over the authors' causal logits."""
+    h, s = 4, 9
+    table = random_distances(1, s, SPAN, generator=torch.Generator().manual_seed(2))
+    assert not torch.equal(table[0], torch.arange(s))
+    slopes = alibi_slopes(h).double()
+    causal = causal_mask(s, s)
+    ours = document_alibi_bias(slopes, None, causal[None, None], distances=table)[0]
+    theirs = torch.from_numpy(authors_noisy_alibi_biases((h, s, s), SPAN, table[0, 1:].numpy()))
+    theirs = theirs - 0.5 * slopes[:, None, None] * torch.ones(s, s, dtype=torch.float64).tril(-1)
+    torch.testing.assert_close(ours[:, causal], theirs[:, causal], atol=1e-12, rtol=0)
+    assert torch.isinf(ours[:, ~causal]).all()
+    i, j = causal.nonzero().unbind(-1)
+    assert torch.equal(ours[:, i, j], -slopes[:, None] * table[0, i - j].double())  # a function of i - j
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, h, s, 8, dtype=torch.float64, generator=generator) for _ in range(3))
+    logits = (q @ k.transpose(-1, -2)) / math.sqrt(8) + theirs.masked_fill(~causal, float("-inf"))
+    expected = logits.softmax(-1) @ v
+    torch.testing.assert_close(alibi_attention(q, k, v, slopes, distances=table.expand(2, s)), expected)
+
+
+def test_a_document_reads_its_rows_distances_wherever_it_sits_in_the_row():
+    """d_{p_i - p_j} of the row's table for every pair in a document: left or right padding, a second document,
+    padding between two of a document's tokens (the row's real tokens are counted, not its slots)."""
+    segments = torch.tensor([[-1, -1, 0, 0, 0, 1, 1, 1], [0, 0, -1, 0, 0, 0, -1, -1]])
+    rows = random_distances(2, 8, SPAN, generator=torch.Generator().manual_seed(4))
+    tables = random_distances(2, 8, SPAN, segment_ids=segments, generator=torch.Generator().manual_seed(4))
+    drawn = drawn_distances(tables, segments, 8)
+    assert torch.equal(tables[0, 5:], rows[0, :3]) and torch.equal(tables[1, 3:6], rows[1, 2:5])
+    positions = torch.tensor([[0, 0, 0, 1, 2, 0, 1, 2], [0, 1, 0, 2, 3, 4, 0, 0]])
+    for b in range(2):
+        for i in range(8):
+            for j in range(i + 1):
+                if segments[b, i] >= 0 and segments[b, i] == segments[b, j]:
+                    assert drawn[b, i, j] == rows[b, positions[b, i] - positions[b, j]]
+    last = drawn_distances(rows, None, 3)  # the last 3 of 8 keys are the queries (as after a cache)
+    for r in range(3):
+        assert torch.equal(last[:, r, : 6 + r], rows[:, 5 + r - torch.arange(6 + r)])
+
+
+def test_our_rope_rotates_by_drawn_positions_as_the_authors_noisy_rotary():
+    """Given the same sorted draw, our rotation of q (or k) is the authors' noisy rotary, channels mapped from
+    their adjacent pairs (2c, 2c + 1) to ours (c, c + D/2)."""
+    b, h, s, d = 2, 3, 7, 8
+    indexes = random_positions(1, s, SPAN, generator=torch.Generator().manual_seed(6))[0]
+    x = torch.randn(b, h, s, d, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    adjacent = torch.stack([x[..., : d // 2], x[..., d // 2 :]], dim=-1).reshape(b, h, s, d).transpose(1, 2)
+    theirs = torch.from_numpy(authors_noisy_rotary(adjacent.numpy(), SPAN, indexes.numpy(), 10000.0)).transpose(1, 2)
+    cos, sin = rope_angles(indexes[None, None], d, 10000.0)
+    torch.testing.assert_close(apply_rope(x, cos, sin), torch.cat([theirs[..., 0::2], theirs[..., 1::2]], -1))
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_each_layer_draws_its_own_as_the_authors_in_training_and_at_evaluation(kind):
+    """As many draws as the authors' encoder makes (one per layer), from the global generator layer by layer in
+    training (layer 0's draw is the former shared one for RoPE); at evaluation each layer's draw is seeded by the
+    sequence and the layer (layer 0's seed: the sequence's alone), a function of the sequence; ALiBi's draws are
+    distance tables (d_0 = 0, then a sorted subset of [1, N))."""
+    draw = random_positions if kind == "rope" else random_distances
+    randomized, plain = pair(kind)
+    former, _ = pair(kind, former=True)
+    ids = torch.randint(0, 13, (4, 17))
+    seen, seen_former = record_positions(randomized), record_positions(former)
+    torch.manual_seed(3)
+    loss = randomized(ids, labels=ids).mean()
+    torch.manual_seed(3)
+    expected = [draw(4, 17, SPAN) for _ in range(3)]
+    assert len(seen) == len(authors_noisy_draws(kind, 3, 17, SPAN, torch.Generator().manual_seed(0))) == 3
+    assert all(torch.equal(p, e) for p, e in zip(seen, expected, strict=True))
+    assert all(not torch.equal(seen[a], seen[b]) for a, b in ((0, 1), (0, 2), (1, 2)))
+    for p in seen:
+        assert p.shape == (4, 17) and (p.diff(dim=-1) > 0).all() and p.max() < SPAN
+        assert (p[:, 0] == 0).all() if kind == "alibi" else p.min() >= 0
+    torch.manual_seed(3)
+    assert torch.equal(randomized(ids, labels=ids).mean(), loss)  # the global generator decides the draws
+    torch.manual_seed(3)
+    former_loss = former(ids, labels=ids).mean()
+    assert all(p is seen_former[0] for p in seen_former) and not torch.allclose(former_loss, loss)
+    if kind == "rope":
+        assert torch.equal(seen_former[0], seen[0])
+
+    at_eval, _ = pair(kind, at_eval=True)
+    at_eval.eval()
+    seen = record_positions(at_eval)
+    state = torch.get_rng_state()
+    with torch.no_grad():
+        first, second = at_eval(ids), at_eval(ids)
+    assert torch.equal(torch.get_rng_state(), state) and torch.equal(first, second)
+    assert len(seen) == 6 and all(torch.equal(a, b) for a, b in zip(seen[:3], seen[3:], strict=True))
+    assert all(not torch.equal(seen[a], seen[b]) for a, b in ((0, 1), (0, 2), (1, 2)))
+    for layer in range(3):
+        alone = sequence_positions(ids[1:2], SPAN, layer=layer, draw=draw)[0]
+        assert torch.equal(seen[layer][1], alone)  # each row's own draw, by its tokens and the layer
+    assert torch.equal(seen[0], sequence_positions(ids, SPAN, draw=draw))
+    with torch.no_grad():
+        assert at_eval.generate(ids[:, :5], 3, temperature=0).shape == (4, 8)
+    with pytest.raises(ValueError, match=r"random_positions_at_eval: a forward with a KV cache; expected none"):
+        at_eval(ids, cache=at_eval.new_cache())
+
+
+def test_a_padded_training_batch_gives_each_document_its_rows_first_distances():
+    randomized, _ = pair("alibi")
+    seen = record_positions(randomized)
+    ids = torch.randint(0, 13, (2, 9))
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1], [1] * 9])
+    torch.manual_seed(4)
+    randomized(ids, attention_mask=mask, labels=ids)
+    torch.manual_seed(4)
+    rows = random_distances(2, 9, SPAN)  # the first layer's draw: the forward draws nothing else before it
+    assert torch.equal(seen[0][0, 3:], rows[0, :6]) and torch.equal(seen[0][1], rows[1])
+    assert (seen[0][0, :3] == 0).all()  # padding (never read) takes d_0

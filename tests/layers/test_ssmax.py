@@ -1,5 +1,6 @@
-"""Scalable-Softmax: the paper's formula, the ASEntmax authors' implementation (ported below), SDPA against the
-materialised reference (forward and backward, also through s), key counts within documents, bad input."""
+"""Scalable-Softmax: the paper's formula, the ASEntmax authors' implementation and layer with RoPE (ported below),
+SDPA against the materialised reference (forward and backward, also through s), key counts within documents, bad
+input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 
 from tra_attn import ModelConfig
 from tra_attn.layers import SSMaxAttention
+from tra_attn.layers.cache import LayerCache
 from tra_attn.ops.rows import key_counts
 from tra_attn.ops.ssmax import ssmax_attention, ssmax_reference
 
@@ -30,6 +32,56 @@ def authors_ssmax(query_states, key_states, value_states, attn_scale_beta, log_p
     attn_weights = attn_weights + causal_mask
     attn_weights = F.softmax(attn_weights, dim=-1)
     return torch.matmul(attn_weights, value_states)
+
+
+def rotate_half(x):
+    """transformers' ``rotate_half`` (models/gemma2/modeling_gemma2.py, which sparse_gemma.py imports), verbatim."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """transformers' ``apply_rotary_pos_emb`` (the same module), verbatim."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def authors_rotary(x, position_ids, base=10000.0):
+    """``GPTNeoXRotaryEmbedding2.forward`` (synthetic/src/models/architectures/gptx_rope.py, same commit) with
+    transformers' default ``inv_freq``; verbatim except that the angles are in x's dtype (the original forces
+    fp32) and the dynamic/attention-scaling branches (off for ``rope_type: default``) are left out."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(x.dtype) / dim))
+    inv_freq_expanded = inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1)
+    position_ids_expanded = position_ids[:, None, :].to(x.dtype)
+    freqs = (inv_freq_expanded @ position_ids_expanded).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def authors_ssmax_layer(layer, hidden_states, decoding=False, max_seq_len=64):
+    """``SparseGemma2Attention.forward`` of sparse_gemma.py (same commit) with ``apply_rotary`` and the "nakanishi"
+    scaling on every head (``attn_scale_beta`` is the layer's s), then the eager softmax with Hugging Face's additive
+    causal mask, on ``layer``'s weights. Verbatim except: the log table starts at log 1 (the paper's log n, as ours;
+    theirs is log(n + 1), tested above), the softmax stays in the inputs' dtype, and with ``decoding`` the query is
+    the last position against every (rotated) key, as their cache after a prefill."""
+    bsz, q_len, _ = hidden_states.size()
+    num_heads, head_dim = layer.n_heads, layer.head_dim
+    query_states = layer.q_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
+    key_states = layer.k_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
+    value_states = layer.v_proj(hidden_states).view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
+    position_ids = torch.arange(q_len)[None].expand(bsz, -1)
+    cos, sin = authors_rotary(value_states, position_ids)
+    query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+    if decoding:
+        query_states, q_len = query_states[..., -1:, :], 1
+    log_position = torch.log(torch.arange(1, max_seq_len + 1, dtype=hidden_states.dtype)).reshape(1, 1, -1, 1)
+    attn_output = authors_ssmax(query_states, key_states, value_states, layer.s.view(1, -1, 1, 1), log_position)
+    return layer.o_proj(attn_output.transpose(1, 2).reshape(bsz, q_len, -1))
 
 
 def paper_ssmax(q, k, v, s, n):
@@ -101,6 +153,40 @@ def test_a_document_in_a_packed_row_computes_what_it_computes_alone():
             torch.testing.assert_close(packed[..., a:b, :], alone, atol=1e-14, rtol=0)
 
 
+def trained_layer(**options):
+    torch.manual_seed(0)
+    layer = SSMaxAttention(d_model=24, n_heads=3, **options).double()
+    with torch.no_grad():
+        layer.s.uniform_(0.5, 1.5)
+    return layer
+
+
+def test_the_layer_equals_the_authors_layer_with_rope_forward_and_backward_in_fp64():
+    layer = trained_layer()
+    x = torch.randn(2, 13, 24, dtype=torch.float64, requires_grad=True)
+    ours, theirs = layer(x), authors_ssmax_layer(layer, x)
+    assert max_error([ours], [theirs]) < 1e-13
+    tensors = (x, *layer.parameters())
+    assert max_error(grads(ours, tensors), grads(theirs, tensors)) < 1e-12
+    with torch.no_grad():  # a decoding step after a prefill: positions from the cache length
+        cache = LayerCache()
+        layer(x[:, :-1], cache=cache)
+        assert max_error([layer(x[:, -1:], cache=cache)], [authors_ssmax_layer(layer, x, decoding=True)]) < 1e-13
+
+
+def test_rope_false_is_the_layer_without_positions():
+    layer = trained_layer(rope=False)
+    x = torch.randn(2, 9, 24, dtype=torch.float64)
+    q, k, v = (layer.split_heads(p(x)) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    out = ssmax_attention(q, k, v, layer.s, key_counts(9, 0, None, x.device))
+    assert max_error([layer(x)], [layer.o_proj(out.transpose(1, 2).reshape(2, 9, 24))]) < 1e-15
+    rotated = trained_layer()
+    assert not torch.allclose(rotated(x), layer(x))
+    with pytest.raises(ValueError, match=r"d_model = 6; expected an even head dimension .* SSMaxOptions\.rope"):
+        SSMaxAttention(6, 2)
+    assert SSMaxAttention(6, 2, rope=False)(torch.randn(1, 3, 6)).shape == (1, 3, 6)
+
+
 def test_the_layer_learns_s_from_its_initial_value():
     layer = SSMaxAttention(d_model=16, n_heads=2, s_init=0.5).double()
     assert torch.equal(layer.s, torch.full((2,), 0.5, dtype=torch.float64))
@@ -109,5 +195,6 @@ def test_the_layer_learns_s_from_its_initial_value():
     assert ModelConfig(attention="ssmax").attention_options.s_init == 1.0
     with pytest.raises(ValueError, match=r"SSMaxOptions\.s_init = 0\.0; expected a finite positive number"):
         ModelConfig(attention="ssmax", attention_options={"s_init": 0.0})
-    with pytest.raises(ValueError, match=r"\['base'\] are not options of SSMaxAttention; its options: s_init"):
+    assert ModelConfig(attention="ssmax").attention_options.rope is True
+    with pytest.raises(ValueError, match=r"\['base'\] are not options of SSMaxAttention; its options: s_init, rope"):
         SSMaxAttention(16, 2, base=10.0)

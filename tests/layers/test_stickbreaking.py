@@ -1,5 +1,6 @@
-"""Stick-breaking attention: the authors' reference (ported below), the chunked path against the materialised one
-(forward and backward, odd lengths, documents), log-space numerics in fp32, rows with one or no key, bad input."""
+"""Stick-breaking attention: the authors' reference and model layer (ported below), the chunked path against the
+materialised one (forward and backward, odd lengths, documents), log-space numerics in fp32, rows with one or no key,
+bad input."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 from tra_attn import ModelConfig
 from tra_attn.layers import StickBreakingAttention
+from tra_attn.layers.cache import LayerCache
 from tra_attn.ops.stickbreaking import stickbreaking_attention, stickbreaking_chunked, stickbreaking_naive
 
 SEG = torch.tensor([[-1, -1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [2] * 9 + [-1] * 4], dtype=torch.int32)
@@ -58,6 +60,32 @@ def authors_decoding(q, k, v, scale=None):
     v = v[..., :-1, :]
     out = torch.einsum("bhij,bhjd->bhid", att, v)
     return out, 1 - att.sum(dim=-1)
+
+
+def authors_sb_layer(layer, hidden_states, decoding=False):
+    """Ported from IBM/dolomite-engine, lm_engine/hf_models/modeling_utils/sequence_mixer_blocks/
+    stickbreaking_attention.py at commit d0ee186128e8b8dfff7c1f90390398fdabc75be7: ``SBAttention.forward`` (the
+    model layer of the stick-breaking authors' paper) on ``layer``'s weights: ``head_bias`` (H, D) and ``norm``
+    (``torch.nn.GroupNorm(H, d_model)``) are the layer's, ``c_proj`` is its ``o_proj``. Verbatim except: q, k, v come
+    from the layer's three projections (theirs: one fused ``c_attn``); ``sb_attn`` (their Triton kernel) is the
+    authors' reference ``authors_ref_fwd`` above (sb_attn's default attend_current=False, no remainder on v); and
+    with ``decoding`` the query is the last position only against all keys (their decoding branch, q_len != k_len;
+    their cache update is commented out, so the keys are given whole)."""
+    bsz_, s, _ = hidden_states.shape
+    query, key, value = (layer.split_heads(p(hidden_states)) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    if decoding:
+        query = query[..., -1:, :]
+    length_ = query.size(2)
+    if query.size(2) == key.size(2):
+        hidden_states, rem = authors_ref_fwd(query, key, value, attend_current=False, remainder=False)
+    else:
+        hidden_states, rem = authors_decoding(q=query, k=key, v=value)
+    hidden_states = hidden_states + rem[..., None] * layer.head_bias[None, :, None, :]
+    hidden_states = hidden_states.permute(0, 2, 1, 3)
+    hidden_states = hidden_states.reshape(bsz_ * length_, layer.n_heads * layer.head_dim)  # theirs: view
+    hidden_states = layer.norm(hidden_states)
+    hidden_states = hidden_states.view(bsz_, length_, layer.n_heads * layer.head_dim)
+    return layer.o_proj(hidden_states)
 
 
 def inputs(b=2, h=3, s=13, d=8, seed=0, dtype=torch.float64):
@@ -191,14 +219,81 @@ def test_logit_dropout_drops_the_logits_in_training_only():
     assert not torch.allclose(stickbreaking_attention(q, k, v, logit_dropout=0.3), exact)
 
 
+def authors_layer_with_trained_weights(impl, n_heads=3):
+    torch.manual_seed(0)
+    layer = StickBreakingAttention(d_model=24, n_heads=n_heads, impl=impl).double()
+    assert layer.norm.num_groups == n_heads and layer.norm.eps == 1e-5 and layer.norm.affine  # theirs
+    assert torch.all(layer.head_bias == 0) and layer.head_bias.shape == (n_heads, 24 // n_heads)
+    with torch.no_grad():  # trained-looking weights: a bias per head and channel, a norm away from 1 and 0
+        layer.head_bias.normal_(), layer.norm.weight.uniform_(0.5, 1.5), layer.norm.bias.normal_()
+        for proj in (layer.q_proj, layer.k_proj):
+            proj.weight.mul_(3)
+    return layer
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked"])
+def test_the_layer_equals_the_authors_model_layer_forward_and_backward_in_fp64(impl):
+    layer = authors_layer_with_trained_weights(impl)
+    x = torch.randn(2, 13, 24, dtype=torch.float64, requires_grad=True)
+    ours, theirs = layer(x), authors_sb_layer(layer, x)
+    assert max_error([ours], [theirs]) < 1e-13
+    go = torch.randn_like(ours)
+    tensors = (x, *layer.parameters())
+    ours_grads, their_grads = (torch.autograd.grad((o * go).sum(), tensors) for o in (ours, theirs))
+    assert max_error(ours_grads, their_grads) < 1e-12
+    names = ["x", *(name for name, _ in layer.named_parameters())]
+    assert all(ours_grads[names.index(name)].abs().max() > 0 for name in ("head_bias", "norm.weight", "norm.bias"))
+
+
+def test_a_cached_decoding_step_equals_the_authors_decoding_branch():
+    layer = authors_layer_with_trained_weights("auto").eval()
+    x = torch.randn(2, 9, 24, dtype=torch.float64)
+    cache = LayerCache()
+    with torch.no_grad():
+        layer(x[:, :-1], cache=cache)
+        ours = layer(x[:, -1:], cache=cache)
+        theirs = authors_sb_layer(layer, x, decoding=True)
+    assert max_error([ours], [theirs]) < 1e-13
+
+
+def test_head_norm_false_is_the_plain_layer():
+    torch.manual_seed(0)
+    plain = StickBreakingAttention(d_model=16, n_heads=2, head_norm=False).double()
+    assert not hasattr(plain, "head_bias") and not hasattr(plain, "norm")
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    q, k, v = (plain.split_heads(p(x)) for p in (plain.q_proj, plain.k_proj, plain.v_proj))
+    out = stickbreaking_attention(q, k, v)
+    expected = plain.o_proj(out.transpose(1, 2).reshape(2, 7, 16))
+    assert max_error([plain(x)], [expected]) < 1e-15
+    normed = StickBreakingAttention(d_model=16, n_heads=2).double()
+    normed.load_state_dict(plain.state_dict(), strict=False)
+    assert not torch.allclose(normed(x), plain(x))
+
+
+def test_the_op_returns_the_remainder_on_both_paths():
+    q, k, v = inputs(s=9)
+    for impl in ("naive", "chunked"):
+        out, rem = stickbreaking_attention(q, k, v, impl=impl, return_remainder=True)
+        ref_out, ref_rem = stickbreaking_naive(q, k, v)
+        assert max_error([out, rem], [ref_out, ref_rem]) < 1e-14
+        out, rem = stickbreaking_attention(q, k, v, impl=impl, remainder="value", return_remainder=True)
+        assert max_error([out], [ref_out + ref_rem[..., None] * v]) < 1e-14 and max_error([rem], [ref_rem]) < 1e-14
+    torch.manual_seed(0)  # under logit dropout too (the naive path)
+    out, rem = stickbreaking_attention(q, k, v, logit_dropout=0.3, return_remainder=True)
+    assert out.shape == q.shape and rem.shape == q.shape[:-1] and torch.all(rem >= 0) and torch.all(rem <= 1)
+
+
 def test_the_layer_options_and_bad_input():
     layer = StickBreakingAttention(d_model=16, n_heads=2, attend_current=True, remainder="value")
     assert layer(torch.randn(2, 5, 16)).shape == (2, 5, 16)
     assert ModelConfig(attention="stickbreaking").attention_options.to_dict() == {
         "attend_current": False,
         "remainder": "none",
+        "head_norm": True,
         "impl": "auto",
     }
+    with pytest.raises(ValueError, match=r"StickBreakingOptions\.head_norm = 1; expected true or false"):
+        StickBreakingAttention(16, 2, head_norm=1)
     with pytest.raises(ValueError, match=r"StickBreakingOptions\.remainder = 'renormalise'; expected one of"):
         ModelConfig(attention="stickbreaking", attention_options={"remainder": "renormalise"})
     with pytest.raises(ValueError, match=r"StickBreakingOptions\.impl = 'triton'; expected one of"):

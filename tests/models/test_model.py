@@ -4,12 +4,14 @@ bit-exactly, and caches agree."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
-from tests.conftest import attention_fields, attention_settings
+from tests.conftest import attention_fields, attention_settings, sharing_kinds
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
 from tra_attn.upgrade.configs import upgrade_model_config
 from tra_attn.utils.dataclass_io import OldVersion
@@ -76,6 +78,39 @@ def test_save_and_load_round_trip_is_bit_exact(kind, tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "temporary files left behind"
 
 
+@pytest.mark.parametrize("kind", sharing_kinds())
+def test_parameters_shared_across_layers_are_saved_once_and_load_tied(kind, tmp_path):
+    """A kind's parameters shared across layers: one tensor under the first layer's name in the state dict and the
+    safetensors file (which refuses tensors that share memory); loading (from a folder, or a state dict, also with
+    ``assign``) leaves every layer holding that one tensor, bit for bit; other values under a later layer's name are
+    refused."""
+    torch.manual_seed(1)
+    model = TransformerLM(tiny_config(kind, n_layers=3)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    aliases = model.shared_aliases()
+    assert aliases and all(name.startswith("blocks.0.") for name in aliases.values())
+    assert set(model.state_dict()).isdisjoint(aliases)
+    model.save_pretrained(tmp_path)
+    assert sorted(load_file(str(tmp_path / "model.safetensors"))) == sorted(model.state_dict())
+    ids = torch.randint(0, 13, (2, 21))
+    again = TransformerLM(tiny_config(kind, n_layers=3)).eval()
+    again.load_state_dict(model.state_dict(), assign=True)
+    for loaded in (TransformerLM.from_pretrained(tmp_path).eval(), again):
+        assert loaded.shared_aliases() == aliases
+        for alias, name in aliases.items():
+            assert loaded.get_parameter(alias) is loaded.get_parameter(name)
+            assert torch.equal(loaded.get_parameter(name), model.get_parameter(name))
+        assert torch.equal(loaded(ids), model(ids))
+        assert len(list(loaded.parameters())) == len(list(model.parameters()))
+    alias, name = next(iter(aliases.items()))
+    full = {**model.state_dict(), alias: model.get_parameter(name).detach()}
+    again.load_state_dict(full)  # the same value under every name: accepted
+    with pytest.raises(RuntimeError, match=re.escape(f"{alias}: a parameter this model shares with {name}")):
+        again.load_state_dict({**full, alias: full[alias] + 1})
+
+
 def test_from_pretrained_rejects_missing_and_corrupt_directories(tmp_path):
     with pytest.raises(ValueError, match="config.json does not exist"):
         TransformerLM.from_pretrained(tmp_path / "nowhere")
@@ -125,7 +160,7 @@ def test_version_2_model_configs_load_without_a_temperature():
     data = {k: v for k, v in tiny_config("tra").to_dict().items() if k != "attention_options"}
     data = {**data, "version": 2, "tra_threshold": 0.0, "tra_impl": "auto", "gate_bias_init": 0.0}
     with pytest.raises(OldVersion, match=r"ModelConfig version 2, written by an earlier version of tra; expected "
-                       r"version 8: convert it with `tra upgrade PATH`"):  # fmt: skip
+                       r"version 9: convert it with `tra upgrade PATH`"):  # fmt: skip
         ModelConfig.from_dict(data)
     upgraded = ModelConfig.from_dict(upgrade_model_config(data))
     assert upgraded.attention_options.learned_temperature is False and upgraded == tiny_config("tra")

@@ -441,3 +441,113 @@ def test_an_earlier_config_that_lost_a_field_or_holds_one_twice_is_refused_by_na
     v7 = ModelConfig().to_dict() | {"version": 7, "tra_local_window": 3}  # version 7 had no flat fields
     with pytest.raises(ValueError, match=r"ModelConfig: unknown fields \['tra_local_window'\]"):
         ModelConfig.from_dict(upgrade_model_config(v7))
+
+
+# ModelConfig version 9: a rival's name means its authors' configuration; a config of version 8 or earlier gets the
+# option values that say what its kind computed then (each kind's before_version_9).
+FORMER_8 = {
+    "stickbreaking": {"head_norm": False},
+    "asentmax": {"nape": False},
+    "ssmax": {"rope": False},
+    "t5": {"shared_table": False},
+    "kerple": {"shared": False, "clamp": "straight_through"},
+}
+
+
+def as_version_8(config: dict) -> dict:
+    """A current model config dict as version 8 wrote it: without the options version 9 added to say what it was."""
+    kind = ATTENTION_KINDS[config["attention"]].options
+    added = kind.before_version_9(config["attention_options"])
+    options = {k: v for k, v in config["attention_options"].items() if k not in added}
+    return {**config, "version": 8, "attention_options": options}
+
+
+@pytest.mark.parametrize("kind", [*FORMER_8, "rope", "alibi"])
+def test_a_version_8_config_means_what_its_kind_computed_then(kind):
+    current = ModelConfig(attention=kind, n_heads=2, d_model=16).to_dict()
+    old = as_version_8(current)
+    options = upgrade_model_config(old)["attention_options"]
+    assert {k: options[k] for k in FORMER_8.get(kind, {})} == FORMER_8.get(kind, {})
+    if kind in ("rope", "alibi"):  # plain positions: nothing changed, the defaults stand (and so does the identity)
+        assert options == current["attention_options"]
+        drawn = ModelConfig(attention=kind, n_heads=2, d_model=16, attention_options={"random_positions": 64})
+        drawn = upgrade_model_config(as_version_8(drawn.to_dict()))
+        former = {"rope": {"random_per_layer": False}, "alibi": {"random_distances": False}}[kind]
+        assert {k: drawn["attention_options"][k] for k in former} == former
+    # A current config of any version-9 value is left as it is, whatever version it is labelled with.
+    authors = ModelConfig(attention=kind, attention_options={"random_positions": 64} if kind in ("rope", "alibi")
+                          else {}).to_dict()  # fmt: skip
+    assert upgrade_model_config({**authors, "version": 9}) == authors
+
+
+def former_record(kind: str, random: bool = False) -> Record:
+    """A committed record of ``kind`` as this library first ran it (options its version-9 kind says so with)."""
+    for path in sorted(RUNS.glob("*.json")):
+        record = read_record(path)
+        model = record.config["model"]
+        options = model["attention_options"]
+        first_run = ATTENTION_KINDS[model["attention"]].options.before_version_9(options).items() <= options.items()
+        if model["attention"] == kind and bool(options.get("random_positions")) == random and first_run:
+            return record
+    pytest.skip(f"no committed record of {kind} as first run in {RUNS}")
+
+
+def test_tra_upgrade_moves_a_record_whose_identity_changed_to_its_new_one(tmp_path, capsys):
+    """An evidence folder's <run>.json and a store's <run>/ folder of version 8 (a stick-breaking run, a RoPE run
+    with randomized positions) become the committed records of version 9, under their new identities."""
+    evidence, store = tmp_path / "question" / "runs", tmp_path / "store"
+    evidence.mkdir(parents=True)
+    chosen = [former_record("stickbreaking"), former_record("rope", random=True)]
+    old_ids = []
+    for record in chosen:
+        config = {**record.config, "model": as_version_8(record.config["model"])}
+        defaults = ATTENTION_KINDS[config["model"]["attention"]].options().to_dict()
+        read_as_today = {**defaults, **config["model"]["attention_options"]}  # what version 8 hashed: defaults out
+        today = {**config, "model": {**config["model"], "version": MODEL_VERSION, "attention_options": read_as_today}}
+        old = dataclasses.replace(record, run=run_id(TrainConfig.from_dict(today)), config=config)
+        assert old.run != record.run  # version 8's identity is the authors' configuration's today
+        old_ids.append(old.run)
+        (evidence / f"{old.run}.json").write_text(old.to_text())
+        (store / old.run).mkdir(parents=True)
+        (store / old.run / RECORD_NAME).write_text(old.to_text())
+        (store / old.run / "train_config.json").write_text(json.dumps(config))
+    code, out, _ = tra_upgrade(capsys, evidence)
+    assert code == 0 and sorted(out) == sorted(f"converted {evidence / f'{r.run}.json'}" for r in chosen)
+    assert sorted(p.name for p in evidence.iterdir()) == sorted(f"{r.run}.json" for r in chosen)
+    for record in chosen:
+        assert (evidence / f"{record.run}.json").read_text() == (RUNS / f"{record.run}.json").read_text()
+    code, out, _ = tra_upgrade(capsys, store)
+    assert code == 0 and sorted(p.name for p in store.iterdir()) == sorted(r.run for r in chosen)
+    assert sorted(out) == sorted(f"converted {store / r.run / name}" for r in chosen
+                                 for name in (RECORD_NAME, "train_config.json"))  # fmt: skip
+    for record in chosen:
+        assert (store / record.run / RECORD_NAME).read_text() == (RUNS / f"{record.run}.json").read_text()
+        assert TrainConfig.from_dict(json.loads((store / record.run / "train_config.json").read_text())).to_dict() \
+            == record.config  # fmt: skip
+    assert tra_upgrade(capsys, store)[1] == [f"{store}: every file is of the current version"]
+    # A store folder already at the new identity is refused by name, and nothing is moved.
+    again = tmp_path / "again"
+    old = store / chosen[0].run
+    shutil.copytree(old, again / old_ids[0])
+    (again / old_ids[0] / RECORD_NAME).write_text(
+        dataclasses.replace(chosen[0], run=old_ids[0], config={**chosen[0].config, "model": as_version_8(
+            chosen[0].config["model"])}).to_text())  # fmt: skip
+    shutil.copytree(old, again / chosen[0].run)
+    code, _, err = tra_upgrade(capsys, again)
+    assert code != 0 and f"is run {chosen[0].run} now, and {again / chosen[0].run} exists" in err
+    assert (again / old_ids[0]).is_dir()
+
+
+def test_a_hugging_face_folder_of_version_8_is_converted_to_what_it_computed(tmp_path):
+    from tra_attn.hf import TRAConfig
+
+    config = ModelConfig(attention="stickbreaking", n_heads=2, d_model=16, vocab_size=8)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    data = TRAConfig.from_model_config(config).to_dict()
+    data["attention_options"] = {k: v for k, v in data["attention_options"].items() if k != "head_norm"}
+    (folder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"missing options \['head_norm'\].*converted by `tra upgrade PATH`"):
+        read_config(folder)
+    assert upgrade(folder) == [folder / "config.json"]
+    assert read_config(folder)[0].attention_options.head_norm is False

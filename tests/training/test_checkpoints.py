@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from tests.cli.test_cli import TINY_TRAIN
 from tests.cli.test_cli import run as tra
+from tests.conftest import sharing_kinds
 from tests.training.test_train import tiny, weights
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.training import train
@@ -83,7 +84,7 @@ def test_a_bad_training_state_is_refused_safely(run, write, pattern):
         ("model.safetensors", b"\x00" * 10, r"model\.safetensors is corrupt"),
         ("config.json", b"\xff\xfe\x00", r"config\.json is not a valid config"),
         ("config.json", b"[1, 2]", r"ModelConfig: got list; expected a JSON object"),
-        ("config.json", b'{"version": 8, "d_model": 16}', r"ModelConfig: missing fields"),
+        ("config.json", b'{"version": 9, "d_model": 16}', r"ModelConfig: missing fields"),
         ("config.json", b'{"d_model": 16}', r"config\.json: ModelConfig version 1, written by an earlier version"),
     ],
 )
@@ -182,3 +183,23 @@ def test_resolving_something_that_is_not_a_checkpoint(tmp_path, setup, pattern):
     setup(target)
     with pytest.raises(ValueError, match=pattern):
         resolve_checkpoint(target)
+
+
+@pytest.mark.parametrize("kind", sharing_kinds())
+def test_a_run_of_a_kind_sharing_parameters_across_layers_checkpoints_them_once_and_resumes_exactly(kind, tmp_path):
+    """The checkpoint's model.safetensors holds a shared parameter once, the optimizer state one entry for it; the
+    loaded model's layers hold one tensor again, and a resumed run reaches the uninterrupted weights bit for bit."""
+    model = ModelConfig(vocab_size=6, d_model=16, n_layers=2, n_heads=2, attention=kind, dropout=0.1)
+    config = tiny(model=model)
+    train(config, tmp_path / "straight", progress=False)
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "step_0000008")
+    checkpoint = latest(tmp_path / "resumed")
+    loaded = TransformerLM.from_pretrained(checkpoint)
+    aliases = loaded.shared_aliases()
+    assert aliases and sorted(load_file(str(checkpoint / "model.safetensors"))) == sorted(loaded.state_dict())
+    assert all(loaded.get_parameter(alias) is loaded.get_parameter(name) for alias, name in aliases.items())
+    assert len(load_train_state(checkpoint)[1]["optimizer"]["state"]) == len(list(loaded.parameters()))
+    train(config, tmp_path / "resumed", resume=True, progress=False)
+    for (name, a), b in zip(weights(tmp_path / "straight").items(), weights(tmp_path / "resumed").values()):
+        assert torch.equal(a, b), name

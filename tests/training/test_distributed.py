@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import sharing_kinds
 from tra_attn import TransformerLM
 from tra_attn.training.checkpoint import load_train_state, resolve_checkpoint
 
@@ -192,3 +193,50 @@ def test_two_processes_stop_together_when_the_run_fits(tmp_path):
         fit[run] = [r["fit_step"] for r in rows if "fit_step" in r]
         assert resolve_checkpoint(tmp_path / run).name == f"step_{fit[run][0]:07d}"
     assert fit["one"] == fit["two"] and len(fit["one"]) == 1 and fit["one"][0] < 60
+
+
+SHARED_UNDER_FSDP = """
+import sys, torch, torch.distributed as dist
+from tra_attn import ModelConfig, TransformerLM
+from tra_attn.training.sharding import full_weights, shard
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+config = ModelConfig(vocab_size=17, d_model=16, n_heads=4, n_layers=3, attention=sys.argv[1])
+alone, model = TransformerLM(config), TransformerLM(config)
+model.load_state_dict(alone.state_dict())
+(name, _), = [item for item in alone.shared_aliases().items() if item[0].startswith("blocks.1.")][:1]
+for m in (alone, model):
+    m.get_parameter(name).data[1] = -0.5  # below KERPLE's floor (T5: any value)
+shard(model)
+assert len(list(model.parameters())) == len(list(alone.parameters()))
+ids = torch.randint(0, 17, (4, 12), generator=torch.Generator().manual_seed(1))
+optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (alone, model)]
+for step in range(3):
+    for m, batch, optimizer in ((alone, ids, optimizers[0]), (model, ids[2 * rank : 2 * rank + 2], optimizers[1])):
+        m.set_train_step(step)
+        m(batch, labels=batch).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+weights = full_weights(model)
+if rank == 0:
+    expected = alone.state_dict()
+    assert sorted(weights) == sorted(expected), sorted(set(weights) ^ set(expected))
+    difference = max((weights[k] - expected[k]).abs().max().item() for k in expected)
+    assert difference < 1e-6, difference
+    print("same weights")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("kind", sharing_kinds())
+def test_fsdp_keeps_parameters_shared_across_layers_in_one_group_and_matches_one_process(tmp_path, kind):
+    """A parameter the layers share is the model's group's, not each block's (it would become a parameter per block):
+    two ranks reach the weights of one process, each shared tensor saved once; KERPLE's in-place clamp reaches the
+    stored (sharded) values through the train-step hook, not only the gathered copies the forward sees."""
+    script = tmp_path / "shared_under_fsdp.py"
+    script.write_text(SHARED_UNDER_FSDP)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([*launcher, str(script), kind], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and "same weights" in result.stdout, result.stderr[-3000:]

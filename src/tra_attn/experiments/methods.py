@@ -31,6 +31,13 @@ KIND_STYLE = {
     "stickbreaking": ("stick-breaking", "#8c6d31"),
     "ssmax": ("SSMax", "#637939"),
     "asentmax": ("ASEntmax", "#17becf"),
+    "softpick": ("softpick", "#c49c94"),
+    "gated": ("gated attention", "#98df8a"),
+    "selective": ("selective attention", "#aec7e8"),
+    "fox_pro": ("FoX Pro", "#ffbb78"),
+    "path": ("PaTH", "#c5b0d5"),
+    "path_fox": ("PaTH-FoX", "#9edae5"),
+    "wall": ("Wall attention", "#dbdb8d"),
 }
 # tab20b's colours but the kinds': a method without a colour of its own (a variant, a user's kind) gets the next
 # of them on its page (tables.Legend).
@@ -174,9 +181,29 @@ def randomized(kind: str, positions: int, at_eval: bool = False) -> Method:
     return Method(kind, options=options, label=label)
 
 
-# The methods several questions share: the paper's comparison, the newer rivals, TRA's recommended configuration.
+def as_first_run(method: Method) -> Method:
+    """``method`` as this library first ran it, until ModelConfig version 8: since version 9 a rival kind's name
+    means its authors' configuration, and its former one is a value of the options it gained (its kind's
+    ``before_version_9``). The pages trained before then show these; the label adds what they set."""
+    former = attention_kind(method.kind).options.before_version_9(method.options)
+    if not former:
+        return method
+    added = ", ".join(f"{k}={shown(v)}" for k, v in former.items())
+    return dataclasses.replace(method, options={**method.options, **former}, label=f"{method.label} ({added})", color="")
+
+
+def with_first_runs(methods) -> tuple[Method, ...]:
+    """Each method, preceded by itself as this library first ran it where that differs (``as_first_run``): a page
+    that shows both the rivals' former configurations and their authors'."""
+    return tuple(m for method in methods for m in dict.fromkeys((as_first_run(method), method)))
+
+
+# The methods several questions share: the paper's comparison, the newer rivals (as their authors run them, and as
+# this library first ran them), TRA's recommended configuration.
 PAPER = kinds("tra", "nope", "rope", "alibi", "fox", "cope")
 RIVALS = kinds("t5", "fire", "kerple", "stickbreaking", "ssmax", "asentmax")
+FIRST_RIVALS = tuple(as_first_run(method) for method in RIVALS)
+NEWEST = kinds("softpick", "gated", "selective", "fox_pro", "path", "path_fox", "wall")
 RECOMMENDED = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0})
 RECOMMENDED_SPREAD = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0}, train={"length_spread": 0.75})
 

@@ -60,6 +60,14 @@ class TRAPreTrainedModel(PreTrainedModel):
         check_stored_weights(pretrained_model_name_or_path)
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
+    def tie_weights(self, *args, **kwargs) -> None:
+        """transformers' tying, then the model's own parameters shared across layers: transformers' loader gives each
+        stored tensor to its one name, and the other layers get it here (``TransformerLM.tie_shared_parameters``)."""
+        super().tie_weights(*args, **kwargs)
+        model = getattr(self, "model", None)
+        if isinstance(model, TransformerLM):
+            model.tie_shared_parameters()
+
     @torch.no_grad()
     def _init_weights(self, module) -> None:
         """TransformerLM initialises its own weights; only the non-persistent ALiBi slopes (not in any

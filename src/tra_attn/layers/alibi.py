@@ -4,7 +4,16 @@
 
 with the standard fixed geometric slopes m_h (not learned). Runs on PyTorch SDPA with a float bias. In a
 packed or padded batch, i and j are positions in the document (left padding shifts nothing).
-``random_positions`` N > 0: training forwards use the model's random positions in [0, N) (ops/positions.py).
+
+``random_positions`` N > 0 (randomized positional encodings, Ruoss et al., ACL 2023): training forwards (and
+evaluation ones with ``random_positions_at_eval``) draw, as the authors' randomized ALiBi does
+(``google-deepmind/randomized_positional_encodings``, ``models/positional_encodings.py``,
+``compute_noisy_alibi_encodings_biases``, called in each layer's attention of ``models/transformer.py`` with a key
+of its own; commit e8c64749d8cad7772dc7ade75b32ef9b2b29b466), the distances: with ``random_distances`` a sorted
+random subset d_1 < ... < d_{S-1} of [1, N) replaces the distances 1, ..., S - 1 (d_0 = 0), a fresh draw in each
+layer, and the bias is -m_h d_{i-j}, still a function of i - j (ops/alibi.py, ops/positions.py). Without it
+(the former behaviour), the bias is -m_h (p_i - p_j) with p the model's random positions in [0, N), one draw for
+every layer.
 """
 
 from __future__ import annotations
@@ -12,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ops.alibi import alibi_attention, alibi_slopes
+from ..ops.positions import random_distances, random_positions
 from .base import Attention
-from .options import RandomPositionsOptions, random_positions_at_eval_option, random_positions_option
+from .options import RandomPositionsOptions, option, random_positions_at_eval_option, random_positions_option
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,16 @@ class ALiBiOptions(RandomPositionsOptions):
     prefix = "alibi"
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
+    random_distances: bool = option(
+        True,
+        "with random_positions: randomize the distances as the authors' code does (a sorted random subset of "
+        "[1, N) replaces 1, ..., S - 1, drawn anew in each layer); false: random positions p in [0, N), bias "
+        "-m (p_i - p_j), one draw for every layer",
+    )
+
+    @classmethod
+    def before_version_9(cls, options: dict) -> dict:
+        return {"random_distances": False} if options.get("random_positions") else {}  # random positions, one draw
 
 
 class ALiBiAttention(Attention):
@@ -30,7 +50,16 @@ class ALiBiAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
+    def position_draw(self):
+        """Distance tables (``random_distances``) with the option ``random_distances``, else positions."""
+        return random_distances if self.options.random_distances else random_positions
+
+    def draws_per_layer(self) -> bool:
+        """Random distances are drawn in each layer, as the authors draw them."""
+        return self.options.random_distances
+
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         k, v, _ = self.with_cache(cache, k, v)
         slopes, dropout = self.slopes, self.logit_dropout()
-        return alibi_attention(q, k, v, slopes, logit_dropout=dropout, segment_ids=segment_ids, positions=positions)
+        drawn = {"distances" if self.options.random_distances else "positions": positions}
+        return alibi_attention(q, k, v, slopes, logit_dropout=dropout, segment_ids=segment_ids, **drawn)

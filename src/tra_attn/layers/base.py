@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
 
+from ..ops.positions import random_positions
 from .cache import LayerCache
 from .options import KindOptions, NoOptions, RandomPositionsOptions
 
@@ -43,8 +45,9 @@ class Attention(nn.Module):
     document per row, no padding (the fast path). A kind whose ``attend(x, q, k, v, cache)`` takes no
     ``segment_ids`` still runs every batch without them, and refuses packed or padded ones clearly.
     A position-based kind may also take ``positions`` (B, Sk) int64, the position of every key (queries: the last
-    S), which the model passes in training forwards when ``position_range`` asks for random positions; a kind
-    whose ``attend`` takes no ``positions`` never receives them.
+    S), or what else its ``position_draw`` draws, which the model passes in the forwards that draw (training, and
+    evaluation with ``positions_drawn_at_eval``) when ``position_range`` asks for random positions; a kind whose
+    ``attend`` takes no ``positions`` never receives them.
     """
 
     Options: ClassVar[type[KindOptions]] = NoOptions
@@ -59,6 +62,13 @@ class Attention(nn.Module):
         """Whether the layer with these options builds (B, H, S, S) tensors where its registry entry says it does
         not (``AttentionKind.materializes``); False by default."""
         return False
+
+    @classmethod
+    def shared_parameters(cls, options: KindOptions) -> tuple[str, ...]:
+        """The names of the parameters that a model of these layers shares across its layers, as the kind's authors
+        do (T5's one bias table): each layer builds its own, and the model then gives every layer the first
+        layer's (``TransformerLM.tie_shared_parameters``); a layer built alone keeps its own. None by default."""
+        return ()
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> Attention:
@@ -136,10 +146,21 @@ class Attention(nn.Module):
         return cache.update(k, v, **extras)
 
     def position_range(self) -> int:
-        """N > 0 asks the model for training positions drawn as a sorted random subset of [0, N), the same in every
-        layer of a forward (randomized positional encodings; ``attend`` then receives ``positions``): the option
-        ``random_positions`` of a kind whose options are ``RandomPositionsOptions``; 0 otherwise (plain positions)."""
+        """N > 0 asks the model for training positions drawn from [0, N) by ``position_draw`` (randomized positional
+        encodings; ``attend`` then receives them as ``positions``): the option ``random_positions`` of a kind whose
+        options are ``RandomPositionsOptions``; 0 otherwise (plain positions)."""
         return self.options.random_positions if isinstance(self.options, RandomPositionsOptions) else 0
+
+    def position_draw(self) -> Callable[..., torch.Tensor]:
+        """How the model draws this layer's ``positions``: a function ``(batch, length, span, device, segment_ids,
+        generator=None) -> (batch, length)`` int64 of ops/positions.py; ``random_positions`` (a sorted random subset
+        of [0, N)) by default, a kind may draw something else (ALiBi's distance tables, ``random_distances``)."""
+        return random_positions
+
+    def draws_per_layer(self) -> bool:
+        """True asks the model for a draw of its own in this layer (``position_draw`` again, as the randomized
+        encodings' authors draw in each layer's attention); False (the default): one draw for every layer alike."""
+        return False
 
     def positions_drawn_at_eval(self) -> bool:
         """True asks the model to draw positions (from ``position_range``) in evaluation forwards as well, as the

@@ -100,6 +100,14 @@ class KindOptions:
         """Checks that span several options (a ValueError naming the option); nothing by default."""
 
     @classmethod
+    def before_version_9(cls, options: dict) -> dict:
+        """What a config of ModelConfig version 8 or earlier with ``options`` meant by this kind, as the values of
+        options added since: from version 9 on, a rival kind's name means its authors' configuration, and an
+        older config keeps computing what it computed (``tra upgrade``; ``experiments.methods.as_first_run``).
+        Nothing by default: a kind that computes what it did."""
+        return {}
+
+    @classmethod
     def describe(cls, name: str) -> str:
         """How errors name an option: ``TRAOptions.local_window``."""
         return f"{cls.__name__}.{name}"
@@ -158,8 +166,9 @@ def random_positions_option() -> Any:
     ``position_range``): randomized positional encodings in training (ops/positions.py)."""
     return option(
         0,
-        "in training, positions are a sorted random subset of [0, N), drawn once per forward for every layer "
-        "(randomized positional encodings, Ruoss et al. 2023); evaluation uses 0, 1, ... (unless "
+        "in training, positions are a sorted random subset of [0, N), drawn in every forward (randomized "
+        "positional encodings, Ruoss et al. 2023; RoPE draws per layer, ALiBi draws distances of [1, N) per "
+        "layer: their options random_per_layer, random_distances); evaluation uses 0, 1, ... (unless "
         "random_positions_at_eval); 0: off",
         non_negative_int,
     )
@@ -178,7 +187,8 @@ def random_positions_at_eval_option() -> Any:
 @dataclass(frozen=True)
 class RandomPositionsOptions(KindOptions):
     """Base of the options of a position-based kind, which declares ``random_positions`` and
-    ``random_positions_at_eval`` (after its own options); checks that the second has a range to draw from."""
+    ``random_positions_at_eval`` (after its own options, before those that say how it draws: ALiBi's
+    ``random_distances``, RoPE's ``random_per_layer``); checks that the second has a range to draw from."""
 
     def check(self) -> None:
         if self.random_positions_at_eval and not self.random_positions:

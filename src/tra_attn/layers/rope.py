@@ -5,7 +5,13 @@
 
 Keys are cached after rotation. Runs on PyTorch SDPA. In a packed or padded batch each row's positions
 count from its document's first real token (left padding shifts nothing), as if the document ran alone.
-``random_positions`` N > 0: training forwards rotate by the model's random positions in [0, N) (ops/positions.py).
+``random_positions`` N > 0 (randomized positional encodings, Ruoss et al., ACL 2023): training forwards (and
+evaluation ones with ``random_positions_at_eval``) rotate by random positions, a sorted random subset of [0, N)
+(ops/positions.py); with ``random_per_layer`` each layer draws its own, as the authors' randomized RoPE does
+(``google-deepmind/randomized_positional_encodings``, ``models/transformer.py``: each layer's attention calls
+``apply_rotary_encoding(..., noisy=True, rng=hk.next_rng_key())`` of ``models/positional_encodings.py``, one key
+for its q and k; commit e8c64749d8cad7772dc7ade75b32ef9b2b29b466); without it (the former behaviour) one draw
+serves every layer.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ class RoPEOptions(RandomPositionsOptions):
     base: float = option(10000.0, "RoPE frequency base", positive)
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
+    random_per_layer: bool = option(
+        True,
+        "with random_positions: each layer draws its own positions, as the authors' code does; false: one draw "
+        "for every layer",
+    )
+
+    @classmethod
+    def before_version_9(cls, options: dict) -> dict:
+        return {"random_per_layer": False} if options.get("random_positions") else {}  # one draw for every layer
 
 
 class RoPEAttention(Attention):
@@ -50,9 +65,13 @@ class RoPEAttention(Attention):
         super().__init__(d_model, n_heads, **kwargs)
         self.base = self.options.base
 
+    def draws_per_layer(self) -> bool:
+        """Each layer its own random positions with the option ``random_per_layer``."""
+        return self.options.random_per_layer
+
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
         s = q.shape[-2]
-        if positions is not None:  # given (training with random positions): per row
+        if positions is not None:  # given (drawn random positions): per row
             cos, sin = rope_angles(positions[:, None, -s:], self.head_dim, self.base)
         elif segment_ids is None:
             start = self.past_length(cache)

@@ -4,6 +4,15 @@
 
 with one learned scalar per head and per log-spaced distance bucket (ops/t5.py). The table is zero-initialised,
 so the model starts as NoPE. Unlike T5 itself, the scores keep the usual 1/sqrt(D) scale (every kind here does).
+
+``shared_table`` (the default): one table for all the layers of a model, as T5 has it: Mesh TensorFlow's
+``SelfAttention(relative_attention_type="bias_shared")`` (tensorflow/mesh, commit
+da907937e68aa421186f1178d71eb5f736fcb069, ``mesh_tensorflow/transformer/transformer_layers.py``: the variable is
+cached in ``context.cache`` and reused by every layer), which T5's configs select (google-research/
+text-to-text-transfer-transformer, commit e081111ccd51df425aa7124e8e311ed6d403d767, ``t5/models/gin/models/
+bi_v1.gin``); Hugging Face transformers' ``T5Stack`` gives only layer 0 ``has_relative_attention_bias=True`` and
+passes its ``position_bias`` to the others (``src/transformers/models/t5/modeling_t5.py``, 5.24.0 and commit
+6b8b757dfcb582379a64f013cdce46c43629f2b0). ``shared_table=False``: a table per layer (this library's former kind).
 """
 
 from __future__ import annotations
@@ -33,8 +42,13 @@ class T5Options(RandomPositionsOptions):
     prefix = "t5"
     num_buckets: int = option(32, "distance buckets: half exact, half log-spaced up to max_distance", at_least_two)
     max_distance: int = option(128, "distances from this one on share the last bucket", positive_int)
+    shared_table: bool = option(True, "one bias table for all layers, as T5 (false: a table per layer)")
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
+
+    @classmethod
+    def before_version_9(cls, options: dict) -> dict:
+        return {"shared_table": False}  # a table per layer
 
     def check(self) -> None:
         super().check()
@@ -48,6 +62,10 @@ class T5Options(RandomPositionsOptions):
 
 class T5Attention(Attention):
     Options = T5Options
+
+    @classmethod
+    def shared_parameters(cls, options: T5Options) -> tuple[str, ...]:
+        return ("relative_attention_bias",) if options.shared_table else ()
 
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)

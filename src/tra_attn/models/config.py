@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..layers import KindOptions, attention_kind, check_model_config
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
-VERSION = 8
+VERSION = 9
 
 # Until ModelConfig version 8 the TRA ablations were kinds of their own; they are options of "tra" now (a config
 # naming one is converted by `tra upgrade`, tra_attn/upgrade/configs.py).
@@ -56,7 +56,8 @@ def _check_every_option(data: dict, where) -> None:
         at = f"{where}: " if where else ""
         raise ValueError(
             f"{at}ModelConfig.attention_options: missing options {missing} of attention = {kind!r}; expected every "
-            f"option of the kind ({', '.join(names)}): a saved config holds them all"
+            f"option of the kind ({', '.join(names)}): a saved config holds them all (one written before an option "
+            "existed is converted by `tra upgrade PATH`)"
         )
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..layers import KVCache, LayerCache, attention_kind, check_model_config
 from ..layers.norms import RMSNorm
-from ..ops.positions import random_positions, sequence_positions
+from ..ops.positions import sequence_positions
 from .config import ModelConfig
 from .documents import forward_segment_ids
 from .generation import generate
@@ -69,6 +69,32 @@ class Block(nn.Module):
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
+def _without_shared_aliases(model, state_dict, prefix, local_metadata) -> None:
+    """State-dict hook: each parameter shared across layers once, under its first name."""
+    for alias in model.shared_aliases():
+        state_dict.pop(prefix + alias, None)
+
+
+def _with_shared_aliases(model, state_dict, prefix, local_metadata, strict, missing, unexpected, errors) -> None:
+    """Load hook: the further names of a shared parameter read its first name's tensor; a state dict that gives one
+    of them another value (the weights of a model without sharing) is an error."""
+    for alias, name in model.shared_aliases().items():
+        if prefix + name not in state_dict:
+            continue
+        given = state_dict.get(prefix + alias)
+        if given is not None and not torch.equal(given, state_dict[prefix + name]):
+            errors.append(
+                f"{prefix + alias}: a parameter this model shares with {prefix + name} (one tensor for every layer), "
+                "given another value; expected the weights of a model that shares it"
+            )
+        state_dict[prefix + alias] = state_dict[prefix + name]
+
+
+def _retie(model, incompatible_keys) -> None:
+    """Load hook: a load with ``assign`` gave each name its own tensor; the layers share the first one again."""
+    model.tie_shared_parameters()
+
+
 class TransformerLM(nn.Module):
     """``model(input_ids) -> logits (B, S, vocab)``; ``model(input_ids, labels=labels) -> loss (B, S)``."""
 
@@ -81,7 +107,34 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.tie_shared_parameters()
+        self.register_state_dict_post_hook(_without_shared_aliases)
+        self.register_load_state_dict_pre_hook(_with_shared_aliases)
+        self.register_load_state_dict_post_hook(_retie)
         self.reset_parameters()
+
+    def tie_shared_parameters(self) -> None:
+        """Give every layer the first layer's parameters that its attention kind shares across layers
+        (``Attention.shared_parameters``: one tensor, one gradient, the sum of every layer's, one optimizer entry).
+        Called when the model is built, and again after a load that assigned new tensors (``load_state_dict`` with
+        ``assign``, transformers' loader). The state dict holds each shared tensor once, under its first name
+        (safetensors refuses tensors that share memory); loading fills the other names from it."""
+        first = self.blocks[0].attn
+        for name in type(first).shared_parameters(first.options):
+            for block in self.blocks[1:]:
+                setattr(block.attn, name, getattr(first, name))
+
+    def shared_aliases(self) -> dict[str, str]:
+        """{name: the first name of the same parameter} for every further name of a parameter held under several
+        (``tie_shared_parameters``); empty when no parameter is shared."""
+        first: dict[int, str] = {}
+        aliases = {}
+        for name, param in self.named_parameters(remove_duplicate=False):
+            if id(param) in first:
+                aliases[name] = first[id(param)]
+            else:
+                first[id(param)] = name
+        return aliases
 
     def reset_parameters(self) -> None:
         """``init_scheme`` "normal", GPT-2 style: N(0, init_std) weights, zero biases, residual outputs scaled
@@ -141,32 +194,47 @@ class TransformerLM(nn.Module):
         if attention_mask is not None:  # the ids under padding are never read: any pad id will do
             input_ids = input_ids.masked_fill(attention_mask == 0, 0)
         x = self.dropout(self.embed(as_index(input_ids)))
-        positions = self.drawn_positions(input_ids, keys, cache)
+        drawn = self.drawn_positions(input_ids, keys, cache)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i], keys, positions)
+            x = block(x, None if cache is None else cache[i], keys, drawn[i])
         return self.norm(x), None if keys is None else keys[:, -input_ids.shape[1] :]
 
     def drawn_positions(
         self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None, cache: KVCache | None
-    ) -> torch.Tensor | None:
-        """(B, S) positions shared by every layer of the forward when its attention asks for random ones
-        (``Attention.position_range``; ops/positions.py), else None (plain positions). Training draws with torch's
-        global generator; an evaluation forward draws only if asked (``draws_positions_at_eval``), a fresh draw per
-        sequence seeded by its tokens (``sequence_positions``), so evaluation is deterministic and each sequence
-        is scored as it is alone; such a model decodes without a KV cache (``generate`` does so by itself)."""
-        span = max(block.attn.position_range() for block in self.blocks)
-        if not span or (self.training and cache is not None):
-            return None
-        if self.training:
-            return random_positions(*input_ids.shape, span, input_ids.device, segment_ids)
-        if not self.draws_positions_at_eval:
-            return None
-        if cache is not None:
-            raise ValueError(
-                "random_positions_at_eval: a forward with a KV cache; expected none (positions drawn per forward "
-                "cannot continue across decoding steps): evaluate or generate without a cache"
-            )
-        return sequence_positions(input_ids, span, segment_ids)
+    ) -> list[torch.Tensor | None]:
+        """The (B, S) positions each layer receives when its attention asks for random ones (one entry per block,
+        in order; None: plain positions): what the layer's ``Attention.position_draw`` draws from
+        ``position_range``, one draw shared by the layers that share (the same tensor), a draw of its own for
+        each layer that ``draws_per_layer`` (ops/positions.py). Training draws with torch's global generator, layer
+        by layer; an evaluation forward draws only if asked (``draws_positions_at_eval``), a fresh draw per
+        sequence seeded by its tokens (and, per layer, by the layer's index: ``sequence_positions``), so
+        evaluation is deterministic and each sequence is scored as it is alone; such a model decodes without a KV
+        cache (``generate`` does so by itself)."""
+        plain: list[torch.Tensor | None] = [None] * len(self.blocks)
+        if not any(block.attn.position_range() for block in self.blocks) or (self.training and cache is not None):
+            return plain
+        if not self.training:
+            if not self.draws_positions_at_eval:
+                return plain
+            if cache is not None:
+                raise ValueError(
+                    "random_positions_at_eval: a forward with a KV cache; expected none (positions drawn per "
+                    "forward cannot continue across decoding steps): evaluate or generate without a cache"
+                )
+        drawn, shared = [], None
+        for layer, block in enumerate(self.blocks):
+            span, own = block.attn.position_range(), block.attn.draws_per_layer()
+            if not span or (shared is not None and not own):
+                drawn.append(shared if span else None)
+                continue
+            draw = block.attn.position_draw()
+            if self.training:
+                positions = draw(*input_ids.shape, span, input_ids.device, segment_ids)
+            else:
+                positions = sequence_positions(input_ids, span, segment_ids, layer if own else None, draw)
+            shared = shared if own else positions
+            drawn.append(positions)
+        return drawn
 
     @property
     def draws_positions_at_eval(self) -> bool:
@@ -230,6 +298,7 @@ class TransformerLM(nn.Module):
             )
 
     def num_parameters(self) -> int:
+        """The number of weights; a parameter shared across layers counts once."""
         return sum(p.numel() for p in self.parameters())
 
     def new_cache(self, capacity: int = 0) -> KVCache:

@@ -8,7 +8,15 @@ slope of the next higher one, as in the authors' ``get_slopes``).
 
 In a packed or padded batch (``segment_ids``), i and j are positions in the query's document
 (``masks.document_positions``) and keys of other documents or padding are masked. Given ``positions`` (random
-positions in training, ops/positions.py), i and j are those.
+positions, ops/positions.py), i and j are those. Given ``distances`` (the randomized ALiBi of Ruoss et al., ACL
+2023, as their code has it: ``google-deepmind/randomized_positional_encodings``, ``models/positional_encodings.py``,
+``compute_noisy_alibi_encodings_biases``, commit e8c64749d8cad7772dc7ade75b32ef9b2b29b466), i - j becomes the
+drawn distance d_{i-j}:
+
+    logits_ij = scale * q_i . k_j - m_h * d_{i-j},   d_0 = 0 < d_1 < ... < d_{S-1} a sorted random subset of [1, N)
+
+(their bidirectional encoder also adds 0.5 m_h below the diagonal, in their plain ALiBi as well, to tell left from
+right; a causal mask tells them apart already, and neither ALiBi here adds it).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import torch.nn.functional as F
 
 from .logit_dropout import causal_dropout_attention
 from .masks import causal_mask, compute_dtype, document_mask, document_positions, relative_distance
+from .positions import drawn_distances
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -46,13 +55,22 @@ def alibi_bias(slopes: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
 
 
 def document_alibi_bias(
-    slopes: torch.Tensor, segment_ids: torch.Tensor | None, visible: torch.Tensor, positions: torch.Tensor | None = None
+    slopes: torch.Tensor,
+    segment_ids: torch.Tensor | None,
+    visible: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    distances: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, H, Sq, Sk) bias -m_h * (p_i - p_j) with p the given ``positions`` (B, Sk), else the positions in the
-    documents of ``segment_ids`` (B, Sk); -inf outside ``visible`` (B|1, 1, Sq, Sk), ``masks.document_mask``."""
-    positions = document_positions(segment_ids) if positions is None else positions
+    documents of ``segment_ids`` (B, Sk); with ``distances`` (B, Sk), a table of ``positions.random_distances``,
+    -m_h * d_{p_i - p_j} instead (``positions.drawn_distances``); -inf outside ``visible`` (B|1, 1, Sq, Sk),
+    ``masks.document_mask``."""
     sq, sk = visible.shape[-2:]
-    dist = positions[:, sk - sq :, None] - positions[:, None, :]
+    if distances is not None:
+        dist = drawn_distances(distances, segment_ids, sq)
+    else:
+        positions = document_positions(segment_ids) if positions is None else positions
+        dist = positions[:, sk - sq :, None] - positions[:, None, :]
     bias = -slopes[None, :, None, None] * dist[:, None].to(slopes.dtype)
     return bias.masked_fill(~visible, float("-inf"))
 
@@ -66,18 +84,22 @@ def alibi_attention(
     logit_dropout: float = 0.0,
     segment_ids: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
+    distances: torch.Tensor | None = None,
 ):
     """Causal ALiBi attention for q (B,H,Sq,D), k/v (B,H,Sk,D), slopes (H,); optional logit dropout,
     ``segment_ids`` (B, Sk) of the keys for packed or padded batches (-1: padding), and ``positions`` (B, Sk)
-    of the keys (default: counted from each document's start)."""
+    of the keys (default: counted from each document's start) or ``distances`` (B, Sk), a drawn distance table
+    (``positions.random_distances``) that replaces the distances i - j."""
     sq, sk = q.shape[-2], k.shape[-2]
     slopes = slopes.to(compute_dtype(q.dtype) if logit_dropout else q.dtype)
-    if segment_ids is None and positions is None:
+    if positions is not None and distances is not None:
+        raise ValueError("alibi_attention: positions and distances given; expected at most one of them")
+    if segment_ids is None and positions is None and distances is None:
         bias, visible = alibi_bias(slopes, sq, sk), None
     else:
         causal = causal_mask(sq, sk, q.device)[None, None]
         visible = causal if segment_ids is None else document_mask(segment_ids, sq)
-        bias = document_alibi_bias(slopes, segment_ids, visible, positions)
+        bias = document_alibi_bias(slopes, segment_ids, visible, positions, distances)
     if logit_dropout:
         return causal_dropout_attention(q, k, v, logit_dropout, bias, scale, visible)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

@@ -12,6 +12,10 @@ rows shifted by their maximum and the bracket sized by the row's visible keys. B
 to 1); the backward is entmax's Jacobian. theta_i is the authors' "adapt-softplus-tanh" scale (``asentmax``
 repository), with n_i the keys query i sees (``rows.key_counts``).
 
+NAPE (the authors' models' positions): fixed per-head ALiBi ``slopes`` m_h (0 on NoPE heads) add -m_h (p_i - p_j) to
+z_ij before entmax, p the positions in the query's document (``masks.document_positions``; the layer, with its head
+split, is layers/asentmax.py).
+
 No cheap key-block (streaming) path: tau_i needs the whole row (sorted, or at every bisection step), so streaming
 over key blocks would recompute every score many times. Rows are independent, though: ``entmax_chunked`` walks
 blocks of query rows against their whole key rows (O(S * block) memory, the backward reuses the saved tau).
@@ -23,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .autocast import no_autocast
-from .masks import compute_dtype
+from .masks import compute_dtype, document_positions
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
 
 IMPLS = ("auto", "naive", "chunked")
@@ -123,13 +127,31 @@ def asentmax_query_scale(beta_logit: torch.Tensor, gamma_logit: torch.Tensor, n:
     return (1 + F.softplus(beta_logit) * log_n ** (2 * torch.tanh(gamma_logit))).transpose(1, 2)
 
 
-def entmax_naive(q, k, v, alpha: float, scale=None, segment_ids=None, logit_dropout: float = 0.0) -> torch.Tensor:
-    """Materialised alpha-entmax attention (autograd, with ``Entmax``); optional logit dropout (dropped logits
-    become 0, kept ones are scaled by 1 / (1 - p), as ops/logit_dropout.py)."""
+def key_positions(sk: int, segment_ids: torch.Tensor | None, device) -> torch.Tensor:
+    """(1 or B, Sk) int64 positions of the keys: 0, 1, ... in one document, else in each key's document."""
+    return torch.arange(sk, device=device)[None] if segment_ids is None else document_positions(segment_ids)
+
+
+def alibi_logit_bias(slopes: torch.Tensor, positions: torch.Tensor, q0: int, q1: int, kp: int) -> torch.Tensor:
+    """(1 or B, H, q1 - q0, kp) bias -m_h (p_i - p_j) of queries at key positions [q0, q1) and keys [0, kp), from
+    per-head ``slopes`` (H,) and key ``positions`` (``key_positions``); finite everywhere (masking is the caller's)."""
+    dist = positions[:, q0:q1, None] - positions[:, None, :kp]
+    return -slopes[None, :, None, None] * dist[:, None].to(slopes.dtype)
+
+
+def entmax_naive(
+    q, k, v, alpha: float, scale=None, segment_ids=None, logit_dropout: float = 0.0, slopes=None
+) -> torch.Tensor:
+    """Materialised alpha-entmax attention (autograd, with ``Entmax``); optional ALiBi ``slopes`` (H,) and logit
+    dropout (of z with its bias: dropped logits become 0, kept ones are scaled by 1 / (1 - p), as
+    ops/logit_dropout.py)."""
     cdt = compute_dtype(q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    visible = visible_keys(q.shape[-2], k.shape[-2], segment_ids, q.device)
+    sq, sk = q.shape[-2], k.shape[-2]
+    visible = visible_keys(sq, sk, segment_ids, q.device)
     z = scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2))
+    if slopes is not None:
+        z = z + alibi_logit_bias(slopes.to(cdt), key_positions(sk, segment_ids, q.device), sk - sq, sk, sk)
     if logit_dropout:
         z = F.dropout(torch.where(visible, z, 0.0), logit_dropout, training=True)
     p = entmax(torch.where(visible, z, float("-inf")), alpha)
@@ -141,17 +163,28 @@ class _ChunkedEntmax(torch.autograd.Function):
     the saved threshold and normaliser (no second threshold search)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha: float, scale: float, block: int, segment_ids):
+    def _logits(qb, kb, scale, visible, slopes, positions, q0, q1):
+        """The block's z (-inf outside ``visible``), with the ALiBi bias when ``slopes`` is given."""
+        z = scale * (qb @ kb.transpose(-1, -2))
+        if slopes is not None:
+            z = z + alibi_logit_bias(slopes, positions, q0, q1, kb.shape[-2])
+        return torch.where(visible, z, float("-inf"))
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha: float, scale: float, block: int, segment_ids, slopes):
         sq, sk = q.shape[-2], k.shape[-2]
         out = torch.empty_like(q)
         tau, norm = q.new_empty(q.shape[:-1] + (1,)), q.new_empty(q.shape[:-1] + (1,))
+        positions = None if slopes is None else key_positions(sk, segment_ids, q.device)
         for r0, r1 in row_blocks(sq, block):
             kp, visible = block_keys(sq, sk, r0, r1, segment_ids, q.device)
-            z = torch.where(visible, scale * (q[..., r0:r1, :] @ k[..., :kp, :].transpose(-1, -2)), float("-inf"))
+            qb, kb = q[..., r0:r1, :], k[..., :kp, :]
+            z = _ChunkedEntmax._logits(qb, kb, scale, visible, slopes, positions, sk - sq + r0, kp)
             p, tau[..., r0:r1, :], norm[..., r0:r1, :] = _threshold(z, alpha, bisection_steps(q.dtype))
             out[..., r0:r1, :] = p @ v[..., :kp, :]
         ctx.save_for_backward(q, k, v, tau, norm)
         ctx.alpha, ctx.scale, ctx.block, ctx.segment_ids = alpha, scale, block, segment_ids
+        ctx.slopes, ctx.positions = slopes, positions
         return out
 
     @staticmethod
@@ -169,7 +202,7 @@ class _ChunkedEntmax(torch.autograd.Function):
         for r0, r1 in row_blocks(sq, ctx.block):
             kp, visible = block_keys(sq, sk, r0, r1, ctx.segment_ids, q.device)
             qb, kb, vb, gb = q[..., r0:r1, :], k[..., :kp, :], v[..., :kp, :], grad_out[..., r0:r1, :]
-            z = torch.where(visible, scale * (qb @ kb.transpose(-1, -2)), float("-inf"))
+            z = _ChunkedEntmax._logits(qb, kb, scale, visible, ctx.slopes, ctx.positions, sk - sq + r0, kp)
             top = z.amax(-1, keepdim=True)
             x = (z - torch.where(top > float("-inf"), top, 0.0)) * (alpha - 1)
             p = torch.clamp(x - tau[..., r0:r1, :], min=0) ** (1 / (alpha - 1)) / norm[..., r0:r1, :]
@@ -177,16 +210,18 @@ class _ChunkedEntmax(torch.autograd.Function):
             dq[..., r0:r1, :] = scale * (dz @ kb)
             dk[..., :kp, :] += scale * (dz.transpose(-1, -2) @ qb)
             dv[..., :kp, :] += p.transpose(-1, -2) @ gb
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
-def entmax_chunked(q, k, v, alpha: float, scale=None, segment_ids=None, block_size=None) -> torch.Tensor:
-    """alpha-entmax attention in blocks of ``block_size`` query rows, O(S * block) memory (no logit dropout)."""
+def entmax_chunked(q, k, v, alpha: float, scale=None, segment_ids=None, block_size=None, slopes=None) -> torch.Tensor:
+    """alpha-entmax attention in blocks of ``block_size`` query rows, O(S * block) memory (no logit dropout);
+    optional ALiBi ``slopes`` (H,), fixed (no gradient)."""
     cdt = compute_dtype(q.dtype)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     block = int(block_size or default_row_block(q.shape[-2]))
-    out = _ChunkedEntmax.apply(q.to(cdt), k.to(cdt), v.to(cdt), float(alpha), float(scale), block, segment_ids)
-    return out.to(q.dtype)
+    slopes = None if slopes is None else slopes.detach().to(cdt)
+    args = (float(alpha), float(scale), block, segment_ids, slopes)
+    return _ChunkedEntmax.apply(q.to(cdt), k.to(cdt), v.to(cdt), *args).to(q.dtype)
 
 
 def entmax_attention(
@@ -199,11 +234,13 @@ def entmax_attention(
     impl: str = "auto",
     logit_dropout: float = 0.0,
     segment_ids: torch.Tensor | None = None,
+    slopes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal alpha-entmax attention for q (B, H, Sq, D), k/v (B, H, Sk, D), Sq <= Sk (queries are the last Sq
     keys); q carries any scaling (ASEntmax's theta). ``impl``: "naive", "chunked", or "auto" (chunked; naive under
-    logit dropout). ``segment_ids`` (B, Sk) of the keys, -1 on padding, for packed or padded batches. Computes in
-    fp32 (fp64 for fp64 inputs), also under an enclosing autocast, and returns q's dtype."""
+    logit dropout). ``segment_ids`` (B, Sk) of the keys, -1 on padding, for packed or padded batches. ``slopes``
+    (H,): NAPE's fixed ALiBi slopes, -m_h (p_i - p_j) added to z (0: a NoPE head). Computes in fp32 (fp64 for fp64
+    inputs), also under an enclosing autocast, and returns q's dtype."""
     if impl not in IMPLS:
         raise ValueError(f"entmax_attention: impl = {impl!r}; expected one of {IMPLS}")
     if not (isinstance(alpha, (int, float)) and 1 < alpha <= 2):
@@ -215,5 +252,5 @@ def entmax_attention(
         )
     with no_autocast(q.device):  # the threshold search in fp32 under any enclosing autocast
         if impl == "naive" or logit_dropout:
-            return entmax_naive(q, k, v, alpha, scale, segment_ids, logit_dropout)
-        return entmax_chunked(q, k, v, alpha, scale, segment_ids)
+            return entmax_naive(q, k, v, alpha, scale, segment_ids, logit_dropout, slopes)
+        return entmax_chunked(q, k, v, alpha, scale, segment_ids, slopes=slopes)

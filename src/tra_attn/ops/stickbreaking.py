@@ -121,13 +121,15 @@ def stickbreaking_attention(
     impl: str = "auto",
     logit_dropout: float = 0.0,
     segment_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_remainder: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Stick-breaking attention for q (B, H, Sq, D), k/v (B, H, Sk, D), Sq <= Sk (queries are the last Sq keys).
 
     ``remainder``: "none" (out = sum_j A_ij v_j) or "value" (plus rem_i * v_i). ``impl``: "naive", "chunked", or
     "auto" (chunked; naive under logit dropout, which needs the materialised logits). ``segment_ids`` (B, Sk) of
     the keys, -1 on padding, for packed or padded batches. Computes in fp32 (fp64 for fp64 inputs), also under an
-    enclosing autocast, and returns q's dtype.
+    enclosing autocast, and returns q's dtype. ``return_remainder``: return (out, rem), rem (B, H, Sq) the stick
+    left over, 1 - sum_j A_ij (the authors' layer adds rem_i times a learned per-head bias; layers/stickbreaking.py).
     """
     if impl not in IMPLS:
         raise ValueError(f"stickbreaking_attention: impl = {impl!r}; expected one of {IMPLS}")
@@ -145,4 +147,4 @@ def stickbreaking_attention(
             out, rem = stickbreaking_chunked(q, k, v, scale, attend_current, segment_ids)
     if remainder == "value":
         out = out + rem[..., None] * v[..., k.shape[-2] - q.shape[-2] :, :]
-    return out
+    return (out, rem) if return_remainder else out

@@ -24,15 +24,37 @@ SHARDED = "sharded"  # train_state["optimizer"] of a checkpoint whose optimizer 
 
 
 def shard(model: torch.nn.Module) -> None:
-    """FSDP2-wrap each block, then the model (in place)."""
+    """FSDP2-wrap each block, then the model (in place). A parameter that the blocks share (an attention kind's
+    parameters shared across layers) must be in one group, the model's: each block's group is then the largest
+    parts of the block that hold none of them (a parameter in two groups would become two parameters)."""
     from torch.distributed.fsdp import fully_shard
 
     # The model returns its logits or per-token loss, which callers reduce out of place: the warning
     # about in-place ops on an FSDP module's view output does not apply.
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    shared = shared_across(model.blocks)
     for block in model.blocks:
-        fully_shard(block)
+        parts = unshared_parts(block, shared)
+        if parts:
+            fully_shard(parts if len(parts) > 1 else parts[0])
     fully_shard(model)
+
+
+def shared_across(modules) -> set[torch.nn.Parameter]:
+    """The parameters held by more than one of ``modules``."""
+    seen, shared = set(), set()
+    for module in modules:
+        params = set(module.parameters())
+        shared |= seen & params
+        seen |= params
+    return shared
+
+
+def unshared_parts(module: torch.nn.Module, shared: set) -> list[torch.nn.Module]:
+    """The largest submodules of ``module`` (itself if it can) that hold none of the parameters ``shared``."""
+    if not any(p in shared for p in module.parameters()):
+        return [module]
+    return [part for child in module.children() for part in unshared_parts(child, shared)]
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

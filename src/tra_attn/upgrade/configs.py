@@ -15,6 +15,11 @@ model converted). Every development version between two releases is read by the 
 change is a default for a field that did not exist yet, or a move that finds nothing to move), so unreleased
 versions need no step of their own. What a released version wrote must be there: a 0.2 config that lost a flat
 option field, or holds an option twice, is refused by name.
+
+ModelConfig version 9 changed what some kinds' names mean (their authors' configuration; issue 43): a config of
+version 8 or earlier gets the options that say what its kind computed then (``former_options``, which each kind's
+options declare). Its run's identity therefore changes with it, and ``tra upgrade`` moves its record (and its
+store folder) to the new one.
 """
 
 from __future__ import annotations
@@ -67,6 +72,13 @@ DECLARED_0_2 = {
 }
 
 
+def former_options(kind, options: dict) -> dict:
+    """The options whose values a config of version 8 or earlier of ``kind`` (with ``options``) had implicitly: what
+    its kind computed before the option existed (the kind's ``before_version_9``; empty for a kind that computes
+    what it did)."""
+    return ATTENTION_KINDS[kind].options.before_version_9(options) if kind in ATTENTION_KINDS else {}
+
+
 def _declared_options(attention) -> list[str] | None:
     """The option names the kind ``attention`` declares (as 0.2 had them, for a former TRA ablation)."""
     if attention in DECLARED_0_2:
@@ -111,8 +123,9 @@ def _flat_to_options(data: dict) -> dict:
 
 
 def _options_to_current(data: dict) -> dict:
-    """A version 6 or 7 model config's options as today's: the options a kind gained later at their defaults
-    (which compute what the earlier version computed), and a former TRA ablation kind as TRA with its option."""
+    """A version 6 to 8 model config's options as today's: the options a kind gained later at the values that
+    compute what the earlier version computed (their defaults, or for a kind whose name now means its authors'
+    configuration, ``former_options``), and a former TRA ablation kind as TRA with its option."""
     options, kind = data.get("attention_options", {}), data.get("attention", "tra")
     former = kind in LEGACY_TRA_KINDS
     if former:
@@ -122,7 +135,7 @@ def _options_to_current(data: dict) -> dict:
     if former:
         options = {**options, **LEGACY_TRA_KINDS[data["attention"]]}
     if kind in ATTENTION_KINDS:
-        options = {**ATTENTION_KINDS[kind].options().to_dict(), **options}
+        options = {**ATTENTION_KINDS[kind].options().to_dict(), **former_options(kind, options), **options}
     return {**data, "attention": kind, "attention_options": options}
 
 

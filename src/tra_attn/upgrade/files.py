@@ -5,7 +5,10 @@ folder, a run store, a results folder, or one file):
 
 - ``train_config.json`` (a run's and each checkpoint's) and ``config.json`` (a model's; a Hugging Face folder's
   model fields), through ``configs.py``;
-- a run record (``<run>.json`` of an evidence folder, ``record.json`` of a store's run): its config;
+- a run record (``<run>.json`` of an evidence folder, ``record.json`` of a store's run): its config, and where
+  the conversion changes the run's identity (ModelConfig version 9: a kind's name means its authors'
+  configuration, an older config says what it computed instead), the record moves to the new one (its file, or
+  the store's run folder);
 - a results folder of 0.2 (``results.jsonl``, ``sweep.jsonl``): its runs' records, written to ``PATH/runs/``.
 
 Each file is replaced atomically and only if it changes, so an interrupted upgrade leaves every file either as
@@ -19,12 +22,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..experiments.identity import run_id
 from ..experiments.store import RECORD_NAME, Evidence, Record
 from ..models.config import LEGACY_TRA_KINDS, ModelConfig
 from ..models.io import HF_MODEL_TYPE
 from ..training.config import TrainConfig
 from ..utils.atomic import atomic_write_text
-from .configs import FLAT_OPTIONS, upgrade_model_config, upgrade_train_config
+from .configs import FLAT_OPTIONS, former_options, upgrade_model_config, upgrade_train_config
 from .rows import ROW_FILES, folder_records
 
 MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)]
@@ -50,12 +54,24 @@ def hf_model_config(data: dict) -> dict:
     """A Hugging Face folder's config with its model fields converted (it stores them without a version: a folder
     of 0.2 holds flat option fields, one of 0.3's development a former TRA ablation kind)."""
     old = any(name in data for name in FLAT_OPTIONS) or data.get("attention") in LEGACY_TRA_KINDS
-    if not old:
-        return data
     model = {name: data[name] for name in [*MODEL_FIELDS, *FLAT_OPTIONS] if name in data}
-    current = upgrade_model_config(model)  # no version: read as 0.1's, every later field kept as it is
+    if old:
+        current = upgrade_model_config(model)  # no version: read as 0.1's, every later field kept as it is
+    elif _before_version_9(data):
+        current = upgrade_model_config({**model, "version": 8})
+    else:
+        return data
     rest = {name: value for name, value in data.items() if name not in model}
     return {**rest, **{name: current[name] for name in MODEL_FIELDS}}
+
+
+def _before_version_9(data: dict) -> bool:
+    """Whether a Hugging Face config's options were written before ModelConfig version 9: they lack an option that
+    version 9 added to say what its kind computed before (``former_options``)."""
+    options, kind = data.get("attention_options"), data.get("attention")
+    if not isinstance(options, dict) or not isinstance(kind, str):
+        return False
+    return any(name not in options for name in former_options(kind, options))
 
 
 def kind_of(path: Path, data: dict, named: bool) -> str | None:
@@ -74,24 +90,54 @@ def kind_of(path: Path, data: dict, named: bool) -> str | None:
     return None
 
 
-def upgrade_file(path: Path, named: bool = True) -> bool:
-    """Convert one config, or run record, file; whether it changed. Other JSON files are left alone."""
+def upgrade_file(path: Path, named: bool = True, moves: list[tuple[Path, Path]] | None = None) -> Path | None:
+    """Convert one config, or run record, file; the file written (None: nothing changed). Other JSON files are left
+    alone. ``moves`` collects the store run folders whose identity changed (``_upgrade_record``)."""
     data = _read(path)
     kind = None if data is None else kind_of(path, data, named)
-    if kind == "train":
-        return _write(path, data, upgrade_train_config(data))
-    if kind == "model":
-        return _write(path, data, upgrade_model_config(data))
-    if kind == "hf":
-        return _write(path, data, hf_model_config(data))
     if kind == "record":
-        record = Record.from_dict(data, path)
-        config = TrainConfig.from_dict(upgrade_train_config(record.config)).to_dict()
-        if config == record.config:
-            return False
-        atomic_write_text(path, dataclasses.replace(record, config=config).to_text())
-        return True
-    return False
+        return _upgrade_record(path, Record.from_dict(data, path), moves)
+    convert = {"train": upgrade_train_config, "model": upgrade_model_config, "hf": hf_model_config}.get(kind)
+    return path if convert is not None and _write(path, data, convert(data)) else None
+
+
+def _upgrade_record(path: Path, record: Record, moves: list[tuple[Path, Path]] | None) -> Path | None:
+    """Convert a run record's config; a record whose identity changed with it (a kind whose name now means its
+    authors' configuration) moves to its new identity: an evidence folder's ``<run>.json`` at once, a store's run
+    folder (``<run>/record.json``) after the walk (appended to ``moves``). The file written, or None."""
+    config = TrainConfig.from_dict(upgrade_train_config(record.config))
+    if config.to_dict() == record.config:
+        return None
+    upgraded = dataclasses.replace(record, run=run_id(config), config=config.to_dict())
+    if path.name == RECORD_NAME:
+        atomic_write_text(path, upgraded.to_text())
+        if upgraded.run != record.run and moves is not None:
+            moves.append((path.parent, path.parent.with_name(upgraded.run)))
+        return path
+    target = path.with_name(f"{upgraded.run}.json")
+    if target != path and target.is_file():
+        present = Record.from_dict(_read(target), target)
+        if present.config != upgraded.config:
+            raise ValueError(f"tra upgrade: {path} is run {upgraded.run} now, and {target} holds another config; "
+                             "expected one record per run")  # fmt: skip
+        upgraded = present.merged(upgraded)
+    atomic_write_text(target, upgraded.to_text())
+    if target != path:
+        path.unlink()
+    return target
+
+
+def _move_run_folders(moves: list[tuple[Path, Path]]) -> list[Path]:
+    """Rename each store run folder to its new identity; a folder already there is refused by name (two trainings
+    of one run: keep the one you want and run ``tra upgrade`` again)."""
+    moved = []
+    for old, new in moves:
+        if new.exists():
+            raise ValueError(f"tra upgrade: {old} is run {new.name} now, and {new} exists; expected one folder per run "
+                             "(remove one of them and run tra upgrade again)")  # fmt: skip
+        old.rename(new)
+        moved.append(new)
+    return moved
 
 
 def upgrade(path: str | Path) -> list[Path]:
@@ -104,8 +150,14 @@ def upgrade(path: str | Path) -> list[Path]:
         if data is None or kind_of(path, data, named=False) is None:
             raise ValueError(f"tra upgrade: {path} is not a config or run record of tra; expected a JSON file of "
                              "one, or a folder")  # fmt: skip
-        return [path] if upgrade_file(path, named=False) else []
-    written = [f for f in sorted(path.rglob("*.json")) if f.is_file() and upgrade_file(f)]
+        moves: list[tuple[Path, Path]] = []
+        written = upgrade_file(path, named=False, moves=moves)
+        return [new / path.name for new in _move_run_folders(moves)] or ([written] if written else [])
+    moves = []
+    written = [w for f in sorted(path.rglob("*.json")) if f.is_file() and (w := upgrade_file(f, moves=moves))]
+    for old, new in moves:  # the files written inside a moved run folder, at their new place
+        written = [new / f.relative_to(old) if f.is_relative_to(old) else f for f in written]
+    _move_run_folders(moves)
     if path.is_dir() and any((path / name).is_file() for name in ROW_FILES):
         evidence = Evidence(path / "runs")
         for record in folder_records(path):

@@ -3,14 +3,14 @@ tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
-from ..methods import NO_THRESHOLD, Method
+from ..methods import NO_THRESHOLD, Method, as_first_run
 from ..preset import Preset
 
 SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 # The cpu preset's validated rates: each the best on validation bits per byte in the sweep of results/text (the
 # kinds) or results/text_tra_variants (the TRA variants); tests/experiments/test_specs.py checks that they agree.
 CPU_RATES = {
-    **{Method(kind): lr for kind, lr in {
+    **{as_first_run(Method(kind)): lr for kind, lr in {
         "tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3, "t5": 3e-3, "fire": 3e-3,
         "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 1e-3, "asentmax": 1e-3,
     }.items()},
