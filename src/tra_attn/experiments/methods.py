@@ -198,6 +198,13 @@ def with_first_runs(methods) -> tuple[Method, ...]:
     return tuple(m for method in methods for m in dict.fromkeys((as_first_run(method), method)))
 
 
+def with_aid(methods, **train) -> tuple[Method, ...]:
+    """Each method, followed by itself with the training aid ``train`` (TrainConfig fields, e.g. ``length_spread``):
+    an aid that is not specific to one kind is a column of the comparison, given to every method."""
+    return tuple(m for method in methods for m in (method, dataclasses.replace(
+        method, train={**method.train, **train}, label="", color="")))  # fmt: skip
+
+
 # The methods several questions share: the paper's comparison, the newer rivals (as their authors run them, and as
 # this library first ran them), TRA's recommended configuration.
 PAPER = kinds("tra", "nope", "rope", "alibi", "fox", "cope")
