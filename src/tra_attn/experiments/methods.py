@@ -189,7 +189,8 @@ def as_first_run(method: Method) -> Method:
     if not former:
         return method
     added = ", ".join(f"{k}={shown(v)}" for k, v in former.items())
-    return dataclasses.replace(method, options={**method.options, **former}, label=f"{method.label} ({added})", color="")
+    options, label = {**method.options, **former}, f"{method.label} ({added})"
+    return dataclasses.replace(method, options=options, label=label, color="")
 
 
 def with_first_runs(methods) -> tuple[Method, ...]:
