@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..ops.asentmax import IMPLS, asentmax_query_scale, entmax_attention
+from ..ops.asentmax import asentmax_query_scale, entmax_attention
+from ..ops.logit_dropout import IMPLS
 from ..ops.masks import compute_dtype
 from ..ops.rows import key_counts
 from .base import Attention

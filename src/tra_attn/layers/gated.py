@@ -26,6 +26,7 @@ from ..ops.rope import rotate_new_positions
 from .base import Attention
 from .norms import RMSNorm
 from .options import KindOptions, one_of, option
+from .rope import check_even_head_dim
 
 GATES = ("elementwise", "headwise")
 
@@ -47,11 +48,8 @@ class GatedAttention(Attention):
 
     @classmethod
     def check_options(cls, options, d_model: int, n_heads: int) -> None:
-        if options.rope and (d_model // n_heads) % 2:
-            raise ValueError(
-                f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
-                "for GatedOptions.rope = True (or rope = False)"
-            )
+        if options.rope:
+            check_even_head_dim(d_model, n_heads, "GatedOptions.rope = True (or rope = False)")
 
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..ops.causal import causal_sdpa
-from ..ops.masks import document_positions
-from ..ops.rope import apply_rope, rope_angles
+from ..ops.rope import apply_rope, rope_angles, rotate_new_positions
 from .base import Attention
 from .options import (
     RandomPositionsOptions,
@@ -50,16 +47,21 @@ class RoPEOptions(RandomPositionsOptions):
         return {"random_per_layer": False} if options.get("random_positions") else {}  # one draw for every layer
 
 
+def check_even_head_dim(d_model: int, n_heads: int, what: str) -> None:
+    """RoPE rotates pairs of channels: a ValueError unless the head dimension is even (``what``: for which option)."""
+    if (d_model // n_heads) % 2:
+        raise ValueError(
+            f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
+            f"for {what}"
+        )
+
+
 class RoPEAttention(Attention):
     Options = RoPEOptions
 
     @classmethod
     def check_options(cls, options, d_model: int, n_heads: int) -> None:
-        if (d_model // n_heads) % 2:
-            raise ValueError(
-                f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
-                "for RoPE"
-            )
+        check_even_head_dim(d_model, n_heads, "RoPE")
 
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)
@@ -70,14 +72,10 @@ class RoPEAttention(Attention):
         return self.options.random_per_layer
 
     def attend(self, x, q, k, v, cache, segment_ids=None, positions=None):
-        s = q.shape[-2]
         if positions is not None:  # given (drawn random positions): per row
-            cos, sin = rope_angles(positions[:, None, -s:], self.head_dim, self.base)
-        elif segment_ids is None:
-            start = self.past_length(cache)
-            cos, sin = rope_angles(torch.arange(start, start + s, device=q.device), self.head_dim, self.base)
-        else:  # per row: positions in the document, counted over its real tokens (cached ones included)
-            cos, sin = rope_angles(document_positions(segment_ids)[:, None, -s:], self.head_dim, self.base)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            cos, sin = rope_angles(positions[:, None, -q.shape[-2] :], self.head_dim, self.base)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        else:  # 0, 1, ... after the cached keys, or per document in a packed or padded batch
+            q, k = rotate_new_positions(q, k, self.past_length(cache), segment_ids, self.base)
         k, v, _ = self.with_cache(cache, k, v)
         return causal_sdpa(q, k, v, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ops.logit_dropout import IMPLS
 from ..ops.rope import rotate_new_positions
-from ..ops.softpick import IMPLS, softpick_attention
+from ..ops.softpick import softpick_attention
 from .base import Attention
 from .options import KindOptions, one_of, option, positive
+from .rope import check_even_head_dim
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,8 @@ class SoftpickAttention(Attention):
 
     @classmethod
     def check_options(cls, options, d_model: int, n_heads: int) -> None:
-        if options.rope and (d_model // n_heads) % 2:
-            raise ValueError(
-                f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
-                "for SoftpickOptions.rope = True (or rope = False)"
-            )
+        if options.rope:
+            check_even_head_dim(d_model, n_heads, "SoftpickOptions.rope = True (or rope = False)")
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
         if self.options.rope:

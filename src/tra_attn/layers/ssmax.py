@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..ops.masks import document_positions
-from ..ops.rope import apply_rope, rope_angles
+from ..ops.rope import rotate_new_positions
 from ..ops.rows import key_counts
 from ..ops.ssmax import ssmax_attention
 from .base import Attention
 from .options import KindOptions, option, positive
+from .rope import check_even_head_dim
 
 ROPE_BASE = 10000.0  # RoPE's usual base; the port's Gemma 2 config (rope_theta) has the same
 
@@ -50,11 +50,8 @@ class SSMaxAttention(Attention):
 
     @classmethod
     def check_options(cls, options, d_model: int, n_heads: int) -> None:
-        if options.rope and (d_model // n_heads) % 2:
-            raise ValueError(
-                f"d_model = {d_model!r}; expected an even head dimension d_model / n_heads = {d_model // n_heads} "
-                "for SSMaxOptions.rope = True (or rope = False)"
-            )
+        if options.rope:
+            check_even_head_dim(d_model, n_heads, "SSMaxOptions.rope = True (or rope = False)")
 
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)
@@ -68,11 +65,6 @@ class SSMaxAttention(Attention):
         sq, past = q.shape[-2], self.past_length(cache)
         n = key_counts(sq, past, segment_ids, q.device)
         if self.options.rope:
-            if segment_ids is None:
-                positions = torch.arange(past, past + sq, device=q.device)
-            else:  # per row: positions in the document, counted over its real tokens (cached ones included)
-                positions = document_positions(segment_ids)[:, None, -sq:]
-            cos, sin = rope_angles(positions, self.head_dim, ROPE_BASE)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = rotate_new_positions(q, k, past, segment_ids, ROPE_BASE)
         k, v, _ = self.with_cache(cache, k, v)
         return ssmax_attention(q, k, v, self.s, n, logit_dropout=self.logit_dropout(), segment_ids=segment_ids)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..ops.stickbreaking import IMPLS, REMAINDERS, stickbreaking_attention
+from ..ops.logit_dropout import IMPLS
+from ..ops.stickbreaking import REMAINDERS, stickbreaking_attention
 from .base import Attention
 from .options import KindOptions, one_of, option
 

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.logit_dropout import IMPLS
 from ..ops.masks import compute_dtype
-from ..ops.wall import IMPLS, cumulative_decay, wall_attention
+from ..ops.wall import cumulative_decay, wall_attention
 from .base import Attention
 from .options import KindOptions, non_negative_int, one_of, option
 

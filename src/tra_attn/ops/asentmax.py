@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from .autocast import no_autocast
+from .logit_dropout import check_impl
 from .masks import compute_dtype, document_positions
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
-
-IMPLS = ("auto", "naive", "chunked")
 
 
 def bisection_steps(dtype: torch.dtype) -> int:
@@ -241,15 +240,9 @@ def entmax_attention(
     logit dropout). ``segment_ids`` (B, Sk) of the keys, -1 on padding, for packed or padded batches. ``slopes``
     (H,): NAPE's fixed ALiBi slopes, -m_h (p_i - p_j) added to z (0: a NoPE head). Computes in fp32 (fp64 for fp64
     inputs), also under an enclosing autocast, and returns q's dtype."""
-    if impl not in IMPLS:
-        raise ValueError(f"entmax_attention: impl = {impl!r}; expected one of {IMPLS}")
+    check_impl("entmax_attention", impl, logit_dropout)
     if not (isinstance(alpha, (int, float)) and 1 < alpha <= 2):
         raise ValueError(f"entmax_attention: alpha = {alpha!r}; expected a number in (1, 2]")
-    if impl == "chunked" and logit_dropout:
-        raise ValueError(
-            f"entmax_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or "
-            "'auto' (logit dropout needs the materialised logits)"
-        )
     with no_autocast(q.device):  # the threshold search in fp32 under any enclosing autocast
         if impl == "naive" or logit_dropout:
             return entmax_naive(q, k, v, alpha, scale, segment_ids, logit_dropout, slopes)

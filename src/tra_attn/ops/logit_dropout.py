@@ -12,6 +12,20 @@ import torch
 
 from .masks import causal_mask, compute_dtype, dropped_softmax
 
+IMPLS = ("auto", "naive", "chunked")  # the implementations of an op with a materialised and a chunked path
+
+
+def check_impl(op: str, impl, logit_dropout: float, materialised: str = "logits") -> None:
+    """``impl`` one of ``IMPLS``, and not "chunked" with logit dropout (which needs the ``materialised`` (Sq, Sk)
+    tensor): else a ValueError naming ``op``."""
+    if impl not in IMPLS:
+        raise ValueError(f"{op}: impl = {impl!r}; expected one of {IMPLS}")
+    if impl == "chunked" and logit_dropout:
+        raise ValueError(
+            f"{op}: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or 'auto' (logit "
+            f"dropout needs the materialised {materialised})"
+        )
+
 
 def causal_dropout_attention(
     q,

@@ -21,13 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .logit_dropout import causal_dropout_attention
+from .logit_dropout import IMPLS, causal_dropout_attention
 from .masks import causal_mask, document_mask
 from .positions import key_positions
 
 BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 CHUNK = 256  # queries per block of the chunked path (benchmarks/relative_bias.py measures it)
-IMPLS = ("auto", "naive", "chunked")
 
 
 def _block(q, k, v, bias_fn: BiasFn, positions, segment_ids, scale) -> torch.Tensor:

@@ -28,10 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from .autocast import no_autocast
+from .logit_dropout import check_impl
 from .masks import compute_dtype
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
-
-IMPLS = ("auto", "naive", "chunked")
 
 
 def softpick_parts(s: torch.Tensor, visible: torch.Tensor, eps: float):
@@ -139,13 +138,7 @@ def softpick_attention(
     scores). ``segment_ids`` (B, Sk) of the keys, -1 on padding, for packed or padded batches. Computes in fp32
     (fp64 for fp64 inputs), also under an enclosing autocast, and returns q's dtype.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"softpick_attention: impl = {impl!r}; expected one of {IMPLS}")
-    if impl == "chunked" and logit_dropout:
-        raise ValueError(
-            f"softpick_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or "
-            "'auto' (logit dropout needs the materialised scores)"
-        )
+    check_impl("softpick_attention", impl, logit_dropout, "scores")
     with no_autocast(q.device):  # fp32 exponentials and sums under any enclosing autocast
         if impl == "naive" or logit_dropout:
             return softpick_naive(q, k, v, scale, eps, segment_ids, logit_dropout)

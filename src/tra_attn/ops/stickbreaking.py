@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from .autocast import no_autocast
+from .logit_dropout import check_impl
 from .masks import compute_dtype
 from .rows import block_keys, default_row_block, row_blocks, visible_keys
 
-IMPLS = ("auto", "naive", "chunked")
 REMAINDERS = ("none", "value")
 
 
@@ -131,15 +131,9 @@ def stickbreaking_attention(
     enclosing autocast, and returns q's dtype. ``return_remainder``: return (out, rem), rem (B, H, Sq) the stick
     left over, 1 - sum_j A_ij (the authors' layer adds rem_i times a learned per-head bias; layers/stickbreaking.py).
     """
-    if impl not in IMPLS:
-        raise ValueError(f"stickbreaking_attention: impl = {impl!r}; expected one of {IMPLS}")
+    check_impl("stickbreaking_attention", impl, logit_dropout)
     if remainder not in REMAINDERS:
         raise ValueError(f"stickbreaking_attention: remainder = {remainder!r}; expected one of {REMAINDERS}")
-    if impl == "chunked" and logit_dropout:
-        raise ValueError(
-            f"stickbreaking_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' "
-            "or 'auto' (logit dropout needs the materialised logits)"
-        )
     with no_autocast(q.device):  # fp32 logs and sums under any enclosing autocast
         if impl == "naive" or logit_dropout:
             out, rem = stickbreaking_naive(q, k, v, scale, attend_current, segment_ids, logit_dropout)

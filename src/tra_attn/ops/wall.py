@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from .autocast import no_autocast
+from .logit_dropout import check_impl
 from .masks import compute_dtype, masked_softmax, relative_distance
 from .rows import row_blocks, visible_keys
 
-IMPLS = ("auto", "naive", "chunked")
 DEFAULT_BLOCK = 32  # query rows per block: the diagonal square costs B * H * block^2 * D
 
 
@@ -208,13 +208,7 @@ def wall_attention(
     keys, -1 on padding. Computes in fp32 (fp64 for fp64 inputs), also under an enclosing autocast; returns q's
     dtype.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"wall_attention: impl = {impl!r}; expected one of {IMPLS}")
-    if impl == "chunked" and logit_dropout:
-        raise ValueError(
-            f"wall_attention: impl = 'chunked' with logit_dropout = {logit_dropout}; expected impl 'naive' or 'auto' "
-            "(logit dropout needs the materialised logits)"
-        )
+    check_impl("wall_attention", impl, logit_dropout)
     if log_decay.shape[-2:] != k.shape[-2:]:
         raise ValueError(
             f"wall_attention: log_decay.shape = {tuple(log_decay.shape)}; expected (B, H, Sk, D) = "
