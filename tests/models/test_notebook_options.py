@@ -188,9 +188,28 @@ def test_notebook_initialisation():
     bound = 1 / math.sqrt(64)  # PyTorch's default Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
     for linear in (attn.q_proj, attn.o_proj, attn.gate_proj, model.blocks[0].mlp.up):
         assert linear.weight.abs().max() <= bound and linear.weight.std() > bound / 3
-    assert attn.gate_proj.bias.abs().max() <= bound and attn.gate_proj.bias.std() > 0  # not the constant init
+    assert torch.all(attn.gate_proj.bias == 0)  # the option's value (default 0), under either scheme
     normal = TransformerLM(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=4))
     assert torch.all(normal.blocks[0].attn.gate_proj.bias == 0)
+
+
+@pytest.mark.parametrize(
+    "kind,options,bias",
+    [("tra", {"gate_bias_init": 3.0}, "gate_proj"), ("fox", {"gate_bias_init": -2.0}, "fgate_proj"),
+     ("wall", {"gate_bias_init": 1.5}, "gate_proj"), ("asentmax", {"beta_bias_init": 0.5}, "beta_proj")],
+)  # fmt: skip
+def test_notebook_initialisation_keeps_what_the_options_set(kind, options, bias):
+    """The notebook's PyTorch-default initialisation runs before each layer's post_init, never after it: a bias
+    an option sets is that value under either scheme."""
+    for scheme in ("notebook", "normal"):
+        config = ModelConfig(
+            vocab_size=50, d_model=32, n_layers=2, n_heads=4, init_scheme=scheme, attention=kind,
+            attention_options=options,
+        )  # fmt: skip
+        model = TransformerLM(config)
+        value = next(iter(options.values()))
+        for block in model.blocks:
+            assert torch.all(getattr(block.attn, bias).bias == value), (scheme, kind)
 
 
 @pytest.mark.parametrize(

@@ -138,25 +138,26 @@ class TransformerLM(nn.Module):
 
     def reset_parameters(self) -> None:
         """``init_scheme`` "normal", GPT-2 style: N(0, init_std) weights, zero biases, residual outputs scaled
-        by 1/sqrt(2 N), then each attention layer's own ``post_init``. "notebook", the TRA authors': PyTorch's
-        default initialisation of every layer, except the embedding from U(-0.01, 0.01) and the output head
-        from N(0, 0.02)."""
+        by 1/sqrt(2 N). "notebook", the TRA authors': PyTorch's default initialisation of every layer, except
+        the embedding from U(-0.01, 0.01) and the output head from N(0, 0.02). Under both, each attention layer's
+        own ``post_init`` then sets what its options say (a gate's bias, a kind's scalars)."""
         if self.config.init_scheme == "notebook":
             for module in self.modules():
                 if isinstance(module, (nn.Linear, nn.Embedding)):
                     module.reset_parameters()
             nn.init.uniform_(self.embed.weight, -0.01, 0.01)
             nn.init.normal_(self.lm_head.weight, std=0.02)
-            return
-        std = self.config.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
+        else:
+            std = self.config.init_std
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(module.weight, std=std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            for block in self.blocks:
+                for proj in (block.attn.o_proj, block.mlp.down):
+                    nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
         for block in self.blocks:
-            for proj in (block.attn.o_proj, block.mlp.down):
-                nn.init.normal_(proj.weight, std=std / math.sqrt(2 * self.config.n_layers))
             block.attn.post_init()
 
     def auxiliary_loss(self) -> torch.Tensor | None:
