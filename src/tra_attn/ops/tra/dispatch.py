@@ -13,6 +13,7 @@ import torch
 from ..autocast import no_autocast
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
+from .decode import decodes, tra_decode
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
@@ -161,7 +162,8 @@ def threshold_relative_attention(
         scale: score scale; 1/sqrt(D) by default.
         threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold (see the windows).
         impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "triton" (fused GPU
-            kernels), or "auto" (triton for CUDA tensors when triton is installed, chunked otherwise).
+            kernels), or "auto" (triton for CUDA tensors when triton is installed, chunked otherwise, and the
+            materialised rows of ``decode.py`` for a decoding call: at most 16 queries without gradients).
         prune_tau: optional early exit (chunked and triton): keys are skipped once a bound proves that
             all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
             moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
@@ -240,25 +242,32 @@ def threshold_relative_attention(
     # round the scores that the keep decision compares with the threshold).
     with no_autocast(q.device):
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
-        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, call), call)
+        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, k, v, log_gate, call), call)
         return poison(out, poisoned)
 
 
-def _resolve(impl: str, q: torch.Tensor, call: Call) -> str:
-    """The implementation "auto" stands for: triton for CUDA tensors it fits, chunked otherwise, and the
-    materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
+def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
+    """The implementation "auto" stands for: triton for CUDA tensors it fits, else the materialised rows of a
+    decoding step (``decode.py``: a few queries, no gradient, no training aid, no early exit), else chunked; and
+    the materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
     if impl != "auto":
         return impl
     if call.prune_tau is not None and call.aids.active:
         return "naive"
     # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
     fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
-    return "triton" if q.is_cuda and triton_available() and fits_triton else "chunked"
+    if q.is_cuda and triton_available() and fits_triton:
+        return "triton"
+    if call.prune_tau is None and not call.aids.active and decodes(q, k, v, log_gate):
+        return "decode"
+    return "chunked"
 
 
 def _dispatch(q, k, v, log_gate, impl: str, call: Call):
     """Run ``impl`` with the call's contract, by keyword."""
     contract = {"scale": call.scale, "keep": call.keep, "documents": call.documents}
+    if impl == "decode":
+        return tra_decode(q, k, v, log_gate, **contract)
     if impl == "naive":  # the reference never prunes; the surrogate's gradient is its own materialised form
         run = tra_surrogate if call.aids.keep_surrogate else tra_naive
         return run(q, k, v, log_gate, **contract, aids=call.aids)

@@ -12,8 +12,9 @@ through unchanged; a non-finite entry is seen only by poisoned rows, so the impl
 gradient for it is exactly 0, as for every entry of such a q, k, v or log_gate row.
 
 Cost, next to the O(Sq * Sk * D) op: per input a max and a min reduction and one ``nan_to_num``
-copy, and one select forward and backward on the output; on the CPU a clean batch pays only the
-reductions (``sanitize``). Full-size ``isfinite``, ``where`` and
+copy, and one select forward and backward on the output; on the CPU a clean batch pays only one sum
+per input (``all_finite``), which matters when the op is itself one pass over a long cache (decoding).
+Full-size ``isfinite``, ``where`` and
 ``masked_fill`` are avoided on the inputs: on CPU they are several times slower than a reduction or a
 copy, and ``nan_to_num``'s own backward would run ``isfinite``. max/min propagate NaN and show +-inf.
 """
@@ -57,10 +58,10 @@ def sanitize(q, k, v, log_gate, segment_ids=None):
     anything is bad costs no device synchronisation there. On other devices and under compile the
     branch-free path always runs, so nothing waits for the device and nothing breaks the graph.
     """
+    if q.device.type == "cpu" and not torch.compiler.is_compiling() and all_finite(q, k, v, log_gate):
+        return q, k, v, log_gate, None
     bad_key = bad_rows(k) | bad_rows(v)  # (B, H, Sk)
     bad_query = bad_rows(q) | ~torch.isfinite(log_gate)  # (B, H, Sq)
-    if q.device.type == "cpu" and not torch.compiler.is_compiling() and not (bad_key.any() or bad_query.any()):
-        return q, k, v, log_gate, None
     sq, sk = q.shape[2], k.shape[2]
     # Row r sees keys j <= Sk - Sq + r: it is poisoned once a bad key has appeared up to its position.
     if segment_ids is None:
@@ -71,6 +72,13 @@ def sanitize(q, k, v, log_gate, segment_ids=None):
         sees_bad_key = seen[..., sk - sq + 1 :] > torch.gather(seen, -1, starts)
         bad_query = bad_query & (segment_ids[:, None, sk - sq :] >= 0)
     return (*_ZeroNonFinite.apply(q, k, v, log_gate), sees_bad_key | bad_query)
+
+
+def all_finite(*tensors: torch.Tensor) -> bool:
+    """Whether no entry of any tensor is NaN or infinite, from one sum per tensor (one pass, no row reductions):
+    a NaN or an infinity makes the sum non-finite. A sum of finite values that overflows answers False too,
+    which only sends the call to the exact row-wise check."""
+    return all(bool(torch.isfinite(t.sum())) for t in tensors if t.numel())
 
 
 def poison(out: torch.Tensor, poisoned: torch.Tensor | None) -> torch.Tensor:
