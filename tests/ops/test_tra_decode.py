@@ -14,6 +14,7 @@ from tra_attn.ops.tra import KeepRule, tra_naive
 from tra_attn.ops.tra import dispatch as dispatch_module
 from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.decode import DECODE_MAX_QUERIES, tra_decode
+from tra_attn.ops.tra.decode import tra_decode_unsanitized as unsanitized
 from tra_attn.ops.varlen import PADDING, segment_ids_from
 
 RULES = {
@@ -72,29 +73,33 @@ def test_decode_in_low_precision_accumulates_in_fp32(dtype, atol):
 
 
 def spy_on_decode(monkeypatch) -> list:
-    """The calls that reach the decoding path through the public op."""
+    """The names of the decoding functions (sanitised or not) that calls through the public op reach."""
     calls = []
 
-    def spy(*args, **kwargs):
-        calls.append(args[0].shape)
-        return tra_decode(*args, **kwargs)
+    def spy(function):
+        def called(*args, **kwargs):
+            calls.append(function.__name__)
+            return function(*args, **kwargs)
 
-    monkeypatch.setattr(dispatch_module, "tra_decode", spy)
+        return called
+
+    monkeypatch.setattr(dispatch_module, "tra_decode", spy(tra_decode))
+    monkeypatch.setattr(dispatch_module, "tra_decode_unsanitized", spy(unsanitized))
     return calls
 
 
 def test_auto_decodes_a_few_queries_without_gradients(monkeypatch):
     calls = spy_on_decode(monkeypatch)
-    q, k, v, g = tra_inputs(1, 2, 1, 200, 16, requires_grad=False)
+    q, k, v, g = tra_inputs(2, 2, 3, 200, 16, requires_grad=False)
     expected = threshold_relative_attention(q, k, v, g, impl="naive", local_window=2)
-    out = threshold_relative_attention(q, k, v, g, local_window=2)
-    assert len(calls) == 1
-    assert_close(out, expected, atol=1e-13)
-    # NaN rows keep the op's contract: a non-finite key poisons the rows that can see it.
-    k_bad = k.clone()
-    k_bad[0, 1, 5, 0] = math.nan
-    out = threshold_relative_attention(q, k_bad, v, g)
-    assert torch.isnan(out[0, 1]).all() and torch.isfinite(out[0, 0]).all()
+    assert_close(threshold_relative_attention(q, k, v, g, local_window=2), expected, atol=1e-13)
+    mask = torch.ones(2, 200, dtype=torch.long)
+    mask[1, :50] = 0  # a left-padded row: documents, so the sanitised path
+    last = (q[:, :, -1:], k, v, g[..., -1:])
+    expected = threshold_relative_attention(*last, impl="naive", key_padding_mask=mask)
+    assert_close(threshold_relative_attention(*last, key_padding_mask=mask), expected, atol=1e-13)
+    threshold_relative_attention(*last)  # one query, no documents: the step checks its own rows
+    assert calls == ["tra_decode", "tra_decode", "tra_decode_unsanitized"]
 
 
 @pytest.mark.parametrize(
@@ -114,3 +119,32 @@ def test_auto_keeps_the_chunked_path_otherwise(monkeypatch, case):
     }.get(case, {})
     threshold_relative_attention(q, k, v, g, **kwargs)
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["q-nan", "q-inf", "kept-key-nan", "dropped-key-inf", "value-nan", "value-of-dropped-key-inf", "gate-ninf",
+     "gate-nan", "clean"],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_one_query_without_documents_keeps_the_nonfinite_contract_unsanitised(monkeypatch, where, dtype):
+    """A decoding step with one query and no documents skips the pass that sanitises the cache: its rows are NaN
+    exactly where the contract says (the materialised reference's), and every other row equals the reference."""
+    calls = spy_on_decode(monkeypatch)
+    q, k, v, g = tra_inputs(2, 3, 1, 90, 8, dtype=dtype, requires_grad=False, seed=7)
+    scores = (q.double() @ k.double().transpose(-1, -2))[0, 1, 0] / math.sqrt(8)
+    kept, dropped = int(scores.argmax()), int(scores.argmin())  # a key kept and a key dropped by row (0, 1)
+    bad = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf}
+    name, _, value = where.rpartition("-")
+    if where != "clean":
+        target = {"q": (q, (0, 1, 0, 3)), "kept-key": (k, (0, 1, kept, 2)), "dropped-key": (k, (0, 1, dropped, 0)),
+                  "value": (v, (0, 1, kept, 5)), "value-of-dropped-key": (v, (0, 1, dropped, 1)),
+                  "gate": (g, (0, 1, 0))}[name]  # fmt: skip
+        target[0][target[1]] = bad[value]
+    out = threshold_relative_attention(q, k, v, g, local_window=2, validate=False)
+    expected = threshold_relative_attention(q, k, v, g, impl="naive", local_window=2, validate=False)
+    assert calls == ["tra_decode_unsanitized"]
+    assert torch.equal(torch.isnan(out), torch.isnan(expected)), where
+    assert torch.isnan(out[0, 1]).all() == (where != "clean")
+    finite = ~torch.isnan(expected)
+    assert_close(out[finite], expected[finite], atol=1e-13 if dtype == torch.float64 else 2e-3, name=where)

@@ -13,7 +13,7 @@ import torch
 from ..autocast import no_autocast
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
-from .decode import decodes, tra_decode
+from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
@@ -241,9 +241,11 @@ def threshold_relative_attention(
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold).
     with no_autocast(q.device):
+        impl = _resolve(impl, q, k, v, log_gate, call)
+        if impl == "decode" and checks_itself(q, call.documents):  # no pass over the whole cache to sanitise it
+            return tra_decode_unsanitized(q, k, v, log_gate, scale=call.scale, keep=call.keep)
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
-        out = _dispatch(q, k, v, log_gate, _resolve(impl, q, k, v, log_gate, call), call)
-        return poison(out, poisoned)
+        return poison(_dispatch(q, k, v, log_gate, impl, call), poisoned)
 
 
 def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..masks import compute_dtype
 from ..varlen import document_starts
 
 
@@ -78,7 +79,7 @@ def all_finite(*tensors: torch.Tensor) -> bool:
     """Whether no entry of any tensor is NaN or infinite, from one sum per tensor (one pass, no row reductions):
     a NaN or an infinity makes the sum non-finite. A sum of finite values that overflows answers False too,
     which only sends the call to the exact row-wise check."""
-    return all(bool(torch.isfinite(t.sum())) for t in tensors if t.numel())
+    return all(bool(torch.isfinite(t.sum(dtype=compute_dtype(t.dtype)))) for t in tensors if t.numel())
 
 
 def poison(out: torch.Tensor, poisoned: torch.Tensor | None) -> torch.Tensor:
