@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tra_attn.data import make_task
+from tra_attn.data import default_task, make_task
 from tra_attn.data.synthetic.flipflop import (
     IGNORE,
     ONE,
@@ -140,6 +140,11 @@ def test_bad_length(length):
 
 def test_task_registry():
     assert isinstance(make_task("flipflop", p_ignore=0.5), FlipFlop)
-    expected = r"\['flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'passkey', 'selective_copy'\]"
+    assert default_task() == "flipflop"  # `tra train` without --task, whatever registers first
+    expected = (
+        r"\['asentmax_copy', 'asentmax_flip_flop', 'asentmax_local_count', 'asentmax_mqmtar', 'asentmax_nback', "
+        r"'asentmax_reverse', 'asentmax_sort', 'flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'passkey', "
+        r"'selective_copy'\]"
+    )
     with pytest.raises(ValueError, match=rf"task = 'copy'; expected one of {expected}"):
         make_task("copy")

@@ -274,8 +274,17 @@ WRONG_ANSWER = {
     "selective_copy": lambda task, t: 2 + (t - 2 + 1) % task.num_symbols,
     "hierarchy": lambda task, t: 32 + (t - 32 + 1) % task.num_values,
     "passkey": lambda task, t: (t + 1) % 10,  # digits '0'-'9' are ids 0-9
+    "asentmax_copy": lambda task, t: task.specials.pad,  # the <eos> (the last scored token) replaced
+    "asentmax_reverse": lambda task, t: task.specials.pad,
+    "asentmax_sort": lambda task, t: task.specials.pad,
+    "asentmax_nback": lambda task, t: task.label0 + (t - task.label0 + 1) % task.num_symbols,  # a label
+    "asentmax_local_count": lambda task, t: task.label0 + (t - task.label0 + 1) % task.max_reps,  # the count
+    "asentmax_mqmtar": lambda task, t: task.specials.pad,  # the <eos> (the last scored token) replaced
+    "asentmax_flip_flop": lambda task, t: task.specials.pad,  # the <eos> replaced
 }
 LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128, "passkey": 32}
+LENGTHS |= {"asentmax_copy": 33, "asentmax_reverse": 33, "asentmax_sort": 33, "asentmax_nback": 33}
+LENGTHS |= {"asentmax_local_count": 40, "asentmax_mqmtar": 91, "asentmax_flip_flop": 34}
 
 
 def test_every_task_with_a_text_format_has_a_wrong_answer_case():

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..data import TASKS, absolute_task_args, check_scored, make_task
+from ..data import TASKS, absolute_task_args, check_scored, default_task, make_task
 from ..layers import ATTENTION_KINDS
 from ..models import ModelConfig
 from ..models.config import LEGACY_TRA_KINDS, legacy_kind_error
@@ -152,7 +152,7 @@ def config_from_args(args) -> TrainConfig:
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("model", "task_args") and getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
-    data.setdefault("task", next(iter(TASKS)))
+    data.setdefault("task", default_task())
     if args.task_arg:
         data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg)}
     if isinstance(data.get("task_args"), dict):  # the run records where its data are, whatever its folder
@@ -246,6 +246,6 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_train_command(sub) -> None:
     tr = sub.add_parser("train", help="train one model (flags override --config)", formatter_class=HelpFormatter)
-    tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {next(iter(TASKS))})")
+    tr.add_argument("--task", choices=sorted(TASKS), help=f"task to train on (default: {default_task()})")
     add_train_flags(tr)
     tr.set_defaults(func=cmd_train)

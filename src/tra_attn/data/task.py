@@ -55,6 +55,8 @@ class Task:
     # Peak bytes per token of ``sample`` and ``write_text`` together: the ids, the mask and the generator's
     # intermediates (measured: 13-49 bytes on the procedural tasks, as max RSS over 2M tokens), rounded up.
     memory_per_token: ClassVar[int] = 64
+    # The one task `tra train` trains on when neither --task nor a config names one (``default_task``).
+    is_default: ClassVar[bool] = False
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
@@ -175,6 +177,14 @@ def register_task(cls: type[Task]) -> type[Task]:
         raise ValueError(f"register_task: a task named {cls.name!r} is already registered")
     TASKS[cls.name] = cls
     return cls
+
+
+def default_task() -> str:
+    """The name of the registered task that says it is the default (``Task.is_default``): exactly one does."""
+    defaults = sorted(name for name, cls in TASKS.items() if cls.is_default)
+    if len(defaults) != 1:
+        raise RuntimeError(f"registered tasks: default tasks = {defaults}; expected exactly one (Task.is_default)")
+    return defaults[0]
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -69,6 +69,7 @@ class FlipFlop(Task):
     final_read: bool = field(default=False, metadata={"help": "force the last instruction to be a read"})
 
     name = "flipflop"
+    is_default = True  # the paper's task: what `tra train` trains on unless told otherwise
     vocab_size = VOCAB_SIZE
 
     def __post_init__(self):

@@ -1,0 +1,159 @@
+"""What the ASEntmax suite's tasks share (the ``asentmax_*`` tasks; docs/asentmax_suite.md): the authors'
+token ids, the text form, the test splits at the authors' lengths, and how their training range maps onto
+``TrainConfig.length`` and ``TrainConfig.length_spread``.
+
+The authors' code: deep-spin/asentmax at commit be54bd3f9cfb9f17c80a8d956ea827f5cf93d07d. Their tokenizer
+(synthetic/src/data/tokenizers/simple_tokenizer.py) numbers the data tokens 0..max_vocab_id and puts five
+special tokens above them, in this order: pad, bos, eos, mask, sep (so ``vocab_size = max_vocab_id + 6``).
+We keep those ids, so a sequence here is their sequence, id for id. In the text form data tokens are their
+decimal ids and special tokens are named: ``<bos> 3 14 7 <sep> 3 14 7 <eos>``.
+
+Lengths. The authors' generator (scripts/generate_data.py) draws a ``seq_len`` per sample uniformly from
+[seq_len - vary_len, seq_len + vary_len] (48 +- 16 for most tasks) and their collator right-pads a batch to its
+longest sample. Here ``sample(num, length, seed)`` makes sequences of exactly ``length`` tokens, as every task of
+this library does: each task maps ``length`` to the authors' ``seq_len`` (``seq_len_of``) and back
+(``length_of``). The authors' training range is then ``TrainConfig.length = length_of(high)`` with a
+``TrainConfig.length_spread`` that reaches ``length_of(low)`` (``training_lengths``): every training row holds
+one document of a length drawn uniformly from the task's valid lengths in that range, the rest of the row
+padding that no token attends to, as the authors' right padding. Validation stays at ``length``.
+
+Test splits: the authors generate one test file per ``seq_len`` (``--mdps_seq_len``, vary_len 0), powers of two
+from 64; a task's ``longest_test`` field says how far (its default: the authors' range for that task). Each split
+is named ``test``, carries ``seq_len`` in its parameters, and uses the seed TEST_SEED + its index (64 is 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ..task import TEST_SEED, EvalSplit, Task, split_sequences
+
+SPECIALS = ("pad", "bos", "eos", "mask", "sep")  # SimpleTokenizer's order, ids max_vocab_id + 1 ...
+FIRST_TEST = 64  # the authors' shortest test seq_len (scripts/generate_data.py: --mdps_seq_len "64 128 ...")
+
+
+def check_int(task: str, name: str, value, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{task}: {name} = {value!r}; expected an integer >= {low}")
+    return value
+
+
+def check_num(task: str, num) -> int:
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
+    return num
+
+
+def check_fraction(task: str, name: str, value, closed_top: bool) -> float:
+    """A number in (0, 1], or (0, 1) when not ``closed_top``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0.0
+    ok = ok and (value <= 1.0 if closed_top else value < 1.0)
+    if not ok:
+        raise ValueError(f"{task}: {name} = {value!r}; expected a number in (0, 1{']' if closed_top else ')'}")
+    return float(value)
+
+
+class Specials:
+    """The special-token ids above ``max_vocab_id`` (SimpleTokenizer's), and the text words of every id."""
+
+    def __init__(self, max_vocab_id: int):
+        self.max_vocab_id = max_vocab_id
+        self.pad, self.bos, self.eos, self.mask, self.sep = range(max_vocab_id + 1, max_vocab_id + 6)
+        self.end = max_vocab_id + 6  # the first id above the tokenizer's vocabulary
+        self.names = {max_vocab_id + 1 + i: f"<{name}>" for i, name in enumerate(SPECIALS)}
+        self.ids = {word: i for i, word in self.names.items()}
+
+
+def decode_words(tokens: torch.Tensor, specials: Specials, label0: int | None = None) -> str:
+    """Data ids as decimals, special tokens by name, label ids (from ``label0``) as ``y<value>``."""
+    words = []
+    for t in tokens.tolist():
+        if t in specials.names:
+            words.append(specials.names[t])
+        elif label0 is not None and t >= label0:
+            words.append(f"y{t - label0}")
+        else:
+            words.append(str(t))
+    return " ".join(words)
+
+
+def encode_words(
+    task: str, line: str, specials: Specials, data_limit: int, labels: int = 0, label0: int = 0
+) -> list[int]:
+    """Ids of the words of ``line``: decimals 0..data_limit-1, the five special names, and ``y0``..``y<labels-1>``
+    when the task has labels (ids from ``label0``); a ValueError naming an unknown word."""
+    text = line.strip()
+    ids = []
+    for word in text.split():
+        if word in specials.ids:
+            ids.append(specials.ids[word])
+            continue
+        is_label = bool(labels) and word[:1] == "y"
+        digits = word[1:] if is_label else word
+        good = digits.isascii() and digits.isdigit() and str(int(digits)) == digits
+        if good and int(digits) < (labels if is_label else data_limit):
+            ids.append(label0 + int(digits) if is_label else int(digits))
+        else:
+            label_words = f", y0..y{labels - 1}" if labels else ""
+            raise ValueError(
+                f"{task}: malformed sequence {text[:40]!r}: unknown token {word!r}; expected 0..{data_limit - 1}"
+                f"{label_words} or one of {' '.join(specials.ids)}"
+            )
+    if not ids:
+        raise ValueError(f"{task}: empty sequence; expected tokens")
+    return ids
+
+
+def malformed(task: str, line: str, why: str) -> ValueError:
+    return ValueError(f"{task}: malformed sequence {line.strip()[:40]!r}: {why}")
+
+
+def test_seq_lens(longest: int) -> list[int]:
+    """The authors' test seq_len values up to ``longest``: 64, 128, 256, ..."""
+    out, s = [], FIRST_TEST
+    while s <= longest:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def check_longest(task: str, value) -> int:
+    return check_int(task, "longest_test", value, FIRST_TEST)
+
+
+def seq_len_splits(task: Task, train_length: int, sequences: int) -> list[EvalSplit]:
+    """One ``test`` split per seq_len of ``test_seq_lens(task.longest_test)``, ``length_of(seq_len)`` tokens,
+    ``sequences`` at the training length and the same token budget beyond it; split k uses TEST_SEED + k."""
+    task.check_length(train_length)
+    splits = []
+    for index, seq_len in enumerate(test_seq_lens(task.longest_test)):
+        length = task.length_of(seq_len)
+        try:
+            batch = task.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
+        except ValueError as err:
+            raise ValueError(f"{task.name}: the test split at seq_len = {seq_len}: {err}") from None
+        splits.append(EvalSplit("test", {**dataclasses.asdict(task), "seq_len": seq_len}, batch))
+    return splits
+
+
+def training_lengths(task: Task) -> tuple[int, float]:
+    """(TrainConfig.length, TrainConfig.length_spread) that train on the authors' seq_len range
+    ``task.authors_train_seq_len``: the longest as the length, a spread reaching the shortest (half a token
+    below it, so that rounding never drops it)."""
+    low, high = task.authors_train_seq_len
+    length = task.length_of(high)
+    return length, (length - task.length_of(low) + 0.5) / length
+
+
+def after_first(tokens: torch.Tensor, token: int) -> torch.Tensor:
+    """True at every position after the first ``token`` of its row."""
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[:, 1:] = (tokens == token).cumsum(dim=1)[:, :-1] > 0
+    return mask
+
+
+def mean(values: torch.Tensor) -> float:
+    return values.double().mean().item() if values.numel() else math.nan

@@ -1,0 +1,37 @@
+"""The ASEntmax suite's reverse task: the target is the source reversed (docs/asentmax_suite.md).
+
+Follows deep-spin/asentmax at commit be54bd3f9cfb9f17c80a8d956ea827f5cf93d07d: the generator ``Reverse`` of
+scripts/generate_data.py (README: ``--task_type reverse --seq_len 48 --vary_len 16 --vocab_size 32``), the data
+config synthetic/configs/data/reverse.yaml (folder ``reverse/30M_tr-32-64_val_64-256_t-64-512``: training n in
+[32, 64], tests n = 64..512; ``SimpleTokenizer(max_vocab_id=31)``: 32 symbols) and the experiment
+synthetic/configs/experiment/entmax/reverse.yaml (``loss_type: target``, exact match). The layout and scoring:
+asentmax_source_target.py.
+
+    <bos> 5 0 31 <sep> 31 0 5 <eos>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..task import register_task
+from .asentmax_source_target import SourceTarget
+
+
+@register_task
+@dataclass(frozen=True)
+class AsentmaxReverse(SourceTarget):
+    """ASEntmax reverse: n uniform tokens, then the same n tokens in reverse order."""
+
+    num_symbols: int = field(default=32, metadata={"help": "data tokens 0..num_symbols-1 (the authors' --vocab_size)"})
+    longest_test: int = field(
+        default=512, metadata={"help": "the longest test seq_len n (tests at n = 64, 128, ... up to it)"}
+    )
+
+    name = "asentmax_reverse"
+    what = "the source reversed"
+
+    def target(self, source: torch.Tensor) -> torch.Tensor:
+        return source.flip(1)
