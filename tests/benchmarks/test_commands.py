@@ -24,9 +24,13 @@ def commands() -> list[tuple[str, list[str]]]:
             found.append((page.name, shlex.split(line)))
     script = (ROOT / "benchmarks" / "gpu_session.sh").read_text().replace("\\\n", " ")
     for line in script.splitlines():
-        line = line.split("|")[0].split("2>&1")[0]
-        if line.startswith("python ") and not line.startswith("python -c"):
-            found.append(("gpu_session.sh", shlex.split(line)))
+        if not line.startswith("stage "):  # stage NAME SECONDS COMMAND...
+            continue
+        argv = shlex.split(line)[3:]
+        if argv[:2] == ["bash", "-c"]:  # a stage that redirects its output: the command before the redirection
+            argv = shlex.split(argv[2].split(">")[0])
+        found.append(("gpu_session.sh", ["python" if a in ("$py", "'$py'") else a for a in argv]))
+    assert any(where == "gpu_session.sh" for where, _ in found), "no stage found in benchmarks/gpu_session.sh"
     return found
 
 

@@ -1,5 +1,5 @@
 """The ASEntmax suite's flip-flop task: after writes and ignores, one read of the last written bit
-(docs/asentmax_suite.md). Not the library's ``flipflop`` (Liu et al.'s language modelling with many reads).
+(docs/asentmax_suite.md). Not the library's own flip-flop task (Liu et al.'s language modelling with many reads).
 
 Follows deep-spin/asentmax at commit be54bd3f9cfb9f17c80a8d956ea827f5cf93d07d: the generator ``FlipFlop`` of
 scripts/generate_data.py, the data config synthetic/configs/data/flip_flop.yaml (folder

@@ -290,8 +290,13 @@ def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:
     return q.shape[2] == 1 and k.shape[2] >= 2 * SPLIT_KV_MIN_KEYS and prune_tau is None and not needs_grad
 
 
+# Looked up once: torch.compile cannot trace find_spec, and a graph break inside the op's autocast guard
+# stops dynamo altogether (seen on an H200 with torch 2.11: an internal assertion, not a fallback).
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
 def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_INSTALLED
 
 
 def triton_interpreted() -> bool:

@@ -27,6 +27,11 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _fp32(x):
+    return tl.cast(x, tl.float32)
+
+
+@triton.jit
 def _dot(a, b, IEEE: tl.constexpr):
     """tl.dot; exact fp32 products for fp32 inputs (IEEE) instead of TF32."""
     if IEEE:
@@ -159,6 +164,8 @@ def tra_fwd_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
 ):
+    # fp32 whatever the caller passes: torch.compile hands Python floats to user kernels as fp64.
+    scale, threshold, tau2, drop_scale = _fp32(scale), _fp32(threshold), _fp32(tau2), _fp32(drop_scale)
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -229,6 +236,7 @@ def tra_bwd_kernel(
     DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
     SURROGATE: tl.constexpr,
 ):
+    scale, threshold, drop_scale, tau, cap2 = _fp32(scale), _fp32(threshold), _fp32(drop_scale), _fp32(tau), _fp32(cap2)
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
