@@ -144,7 +144,8 @@ def test_task_registry():
     expected = (
         r"\['asentmax_copy', 'asentmax_flip_flop', 'asentmax_local_count', 'asentmax_mqmtar', 'asentmax_nback', "
         r"'asentmax_reverse', 'asentmax_sort', 'flipflop', 'hierarchy', 'lm', 'majority', 'mqar', 'passkey', "
-        r"'selective_copy'\]"
+        r"'ruler_common_words', 'ruler_frequent_words', 'ruler_niah_multikey', 'ruler_niah_multiquery', "
+        r"'ruler_niah_multivalue', 'ruler_niah_single', 'ruler_variable_tracking', 'selective_copy'\]"
     )
     with pytest.raises(ValueError, match=rf"task = 'copy'; expected one of {expected}"):
         make_task("copy")

@@ -281,10 +281,20 @@ WRONG_ANSWER = {
     "asentmax_local_count": lambda task, t: task.label0 + (t - task.label0 + 1) % task.max_reps,  # the count
     "asentmax_mqmtar": lambda task, t: task.specials.pad,  # the <eos> (the last scored token) replaced
     "asentmax_flip_flop": lambda task, t: task.specials.pad,  # the <eos> replaced
+    "ruler_niah_single": lambda task, t: (t + 1) % 10,  # a digit of the value (digits are ids 0-9)
+    "ruler_niah_multikey": lambda task, t: (t + 1) % 10,
+    "ruler_niah_multivalue": lambda task, t: (t + 1) % 10,
+    "ruler_niah_multiquery": lambda task, t: (t + 1) % 10,
+    "ruler_variable_tracking": lambda task, t: 32 + (t - 32 + 1) % task.num_words,  # another variable (word)
+    "ruler_common_words": lambda task, t: 32 + (t - 32 + 1) % task.num_words,  # another word
+    "ruler_frequent_words": lambda task, t: 32 + (t - 32 + 1) % task.num_words,
 }
 LENGTHS = {"flipflop": 32, "majority": 40, "mqar": 48, "selective_copy": 48, "hierarchy": 128, "passkey": 32}
 LENGTHS |= {"asentmax_copy": 33, "asentmax_reverse": 33, "asentmax_sort": 33, "asentmax_nback": 33}
 LENGTHS |= {"asentmax_local_count": 40, "asentmax_mqmtar": 91, "asentmax_flip_flop": 34}
+LENGTHS |= {"ruler_niah_single": 40, "ruler_niah_multikey": 64, "ruler_niah_multivalue": 90}
+LENGTHS |= {"ruler_niah_multiquery": 90, "ruler_variable_tracking": 48, "ruler_common_words": 330}
+LENGTHS |= {"ruler_frequent_words": 80}
 
 
 def test_every_task_with_a_text_format_has_a_wrong_answer_case():
