@@ -1,11 +1,13 @@
-"""TRA as an attention implementation of transformers' own classes (``tra_attn.hf.add_tra``): Llama and Qwen3 on
-small random configs, causal, decoding with Hugging Face's caches as the full forward does, padded rows as each row
-alone, RoPE kept or removed, save and load, and clear refusals of what cannot work."""
+"""TRA as an attention implementation of transformers' own classes (``tra_attn.hf.add_tra``), and TRA, FoX and ALiBi
+through the same mechanism (``add_attention``): Llama and Qwen3 on small random configs, the library's op on the
+model's own q, k and v in fp64, causal, decoding with Hugging Face's caches (and beam search) as the full forward
+does, padded rows as each row alone, RoPE kept or removed, save and load, and clear refusals of what cannot work."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,7 +22,11 @@ from transformers import (  # noqa: E402
     Qwen3ForCausalLM,
 )
 
+from tra_attn.hf import add_attention, load_attention  # noqa: E402
 from tra_attn.hf.interface import add_tra, attention_modules, load_tra  # noqa: E402
+from tra_attn.ops.alibi import alibi_attention, alibi_slopes  # noqa: E402
+from tra_attn.ops.fox import forgetting_attention  # noqa: E402
+from tra_attn.ops.tra import threshold_relative_attention  # noqa: E402
 
 SIZES = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0)  # fmt: skip
@@ -128,3 +134,188 @@ def test_what_cannot_work_is_refused_by_name(tmp_path):
     plain.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"holds no model of add_tra"):
         load_tra(tmp_path)
+
+
+# add_attention: TRA, FoX and ALiBi through the same mechanism.
+
+CONVERSIONS = [("tra", "keep"), ("tra", "remove"), ("fox", "keep"), ("fox", "remove"), ("alibi", "remove")]
+
+
+def converted(family="llama", kind="fox", rope="remove", **settings):
+    torch.manual_seed(0)
+    config_class, model_class = CLASSES[family]
+    extra = {"head_dim": 8} if family == "qwen3" else {}
+    model = add_attention(model_class(config_class(**SIZES, **extra)), kind, rope=rope, **settings).eval()
+    with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
+        model.lm_head.weight.mul_(20)
+        for module in attention_modules(model):  # gates that differ per position and head
+            if hasattr(module, "forget_gate"):
+                module.forget_gate.weight.mul_(50)
+    return model
+
+
+def library_attention(module, hidden, rotation, kind):
+    """The library's op on the q, k and v this Llama attention module computes from ``hidden``, with ``rotation``
+    (cos, sin) or none, in the module's dtype: (B, S, H * D)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    b, s, _ = hidden.shape
+    d, heads = module.head_dim, module.config.num_attention_heads
+
+    def project(linear):
+        return linear(hidden).view(b, s, -1, d).transpose(1, 2)
+
+    q, k, v = project(module.q_proj), project(module.k_proj), project(module.v_proj)
+    if rotation is not None:
+        q, k = apply_rotary_pos_emb(q, k, *rotation)
+    groups = heads // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    if kind == "alibi":
+        out = alibi_attention(q, k, v, alibi_slopes(heads).to(q.dtype), scale=d**-0.5)
+    else:
+        log_gate = F.logsigmoid(module.forget_gate(hidden)).transpose(1, 2)
+        if kind == "fox":
+            out = forgetting_attention(q, k, v, log_gate, scale=d**-0.5)
+        else:
+            eps = module.config.rms_norm_eps
+            out = threshold_relative_attention(F.rms_norm(q, (d,), eps=eps), F.rms_norm(k, (d,), eps=eps), v, log_gate)
+    return out.transpose(1, 2).reshape(b, s, heads * d)
+
+
+@pytest.mark.parametrize(("kind", "rope"), CONVERSIONS)
+def test_each_kind_is_the_library_op_on_the_models_own_q_k_v_in_fp64(kind, rope):
+    model = converted(kind=kind, rope=rope).double()
+    seen = []
+    for layer in model.model.layers:
+        record = {}
+        layer.self_attn.register_forward_pre_hook(
+            lambda m, args, kwargs, r=record: r.update(hidden=kwargs["hidden_states"]), with_kwargs=True
+        )
+        layer.self_attn.o_proj.register_forward_pre_hook(lambda m, args, r=record: r.update(out=args[0]))
+        seen.append((layer.self_attn, record))
+    x = ids(2, 16)
+    with torch.no_grad():
+        model(x, use_cache=False)
+        rotary = model.model.rotary_emb  # the model's own: rope="remove" wraps it in the identity
+        rotation = rotary(seen[0][1]["hidden"], torch.arange(16)[None]) if rope == "keep" else None
+        assert seen[0][1]["out"].dtype == torch.float64
+        for module, record in seen:
+            expected = library_attention(module, record["hidden"], rotation, kind)
+            torch.testing.assert_close(record["out"], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", sorted(CLASSES))
+@pytest.mark.parametrize(("kind", "rope"), [("fox", "keep"), ("fox", "remove"), ("alibi", "remove")])
+def test_fox_and_alibi_are_causal_and_decode_with_the_caches_as_the_full_forward(family, kind, rope):
+    model, x = converted(family, kind, rope), ids()
+    with torch.no_grad():
+        full = model(x, use_cache=False).logits
+        changed = x.clone()
+        changed[:, 8] = changed[:, 8] % 49 + 1
+        later = model(changed, use_cache=False).logits
+        assert torch.equal(later[:, :8], full[:, :8]) and not torch.allclose(later[:, 8:], full[:, 8:])
+        torch.testing.assert_close(model(x).logits, full)  # prefill into a DynamicCache
+    greedy = model.generate(x, max_new_tokens=8, do_sample=False, use_cache=False)
+    assert torch.equal(model.generate(x, max_new_tokens=8, do_sample=False), greedy)
+    assert torch.equal(model.generate(x, max_new_tokens=8, do_sample=False, cache_implementation="static"), greedy)
+
+
+def test_fox_gates_follow_the_cache_through_beam_search():
+    """The gates of past keys live in the cache's values, so beam search's reordering moves them with the keys."""
+    model, x = converted(kind="fox"), ids(2, 10, seed=5)
+    beams = dict(max_new_tokens=8, do_sample=False, num_beams=3)
+    assert torch.equal(model.generate(x, **beams), model.generate(x, **beams, use_cache=False))
+
+
+@pytest.mark.parametrize("kind", ["fox", "alibi"])
+def test_fox_and_alibi_left_padded_rows_compute_and_generate_what_each_row_alone_does(kind):
+    model = converted(kind=kind)
+    prompts = [ids(1, 9, 2)[0], ids(1, 4, 3)[0], ids(1, 6, 4)[0]]
+    width = max(len(p) for p in prompts)
+    batch = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for row, p in enumerate(prompts):
+        batch[row, width - len(p) :], mask[row, width - len(p) :] = p, 1
+    with torch.no_grad():
+        logits = model(batch, attention_mask=mask, use_cache=False).logits
+    out = model.generate(batch, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    static = dict(max_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert torch.equal(model.generate(batch, attention_mask=mask, **static), out)
+    for row, p in enumerate(prompts):
+        with torch.no_grad():
+            torch.testing.assert_close(logits[row, width - len(p) :], model(p[None], use_cache=False).logits[0])
+        alone = model.generate(p[None], max_new_tokens=6, do_sample=False)[0]
+        assert torch.equal(out[row, width - len(p) : width - len(p) + len(alone)], alone), row
+
+
+@pytest.mark.parametrize(("kind", "rope"), CONVERSIONS)
+def test_each_kind_trains_saves_and_loads_with_its_settings(kind, rope, tmp_path):
+    settings = {"gate_bias_init": 1.0} if kind != "alibi" else {}
+    model = converted(kind=kind, rope=rope, **settings).train()
+    x = ids()
+    model(x, labels=x).loss.backward()
+    gates = [m.forget_gate for m in attention_modules(model) if hasattr(m, "forget_gate")]
+    assert len(gates) == (0 if kind == "alibi" else 2)
+    assert all(g.weight.grad is not None and g.weight.grad.abs().sum() > 0 for g in gates)
+    model.eval().save_pretrained(tmp_path)
+    loaded = load_attention(tmp_path)
+    key = {"tra": "tra", "fox": "fox_attention", "alibi": "alibi_attention"}[kind]
+    assert getattr(loaded.config, key) == getattr(model.config, key) and getattr(model.config, key)["rope"] == rope
+    assert loaded.config._attn_implementation == model.config._attn_implementation
+    with torch.no_grad():
+        assert torch.equal(loaded(x, use_cache=False).logits, model(x, use_cache=False).logits)
+    if kind != "tra":
+        with pytest.raises(ValueError, match=r"load_tra: .* holds no model of add_tra"):
+            load_tra(tmp_path)
+
+
+def test_add_attention_with_kind_tra_is_add_tra():
+    def built(convert):
+        torch.manual_seed(0)
+        return convert(LlamaForCausalLM(LlamaConfig(**SIZES))).eval()
+
+    by_add_tra = built(lambda m: add_tra(m, rope="remove", local_window=2))
+    by_kind = built(lambda m: add_attention(m, "tra", rope="remove", local_window=2))
+    assert by_kind.config.tra == by_add_tra.config.tra and by_kind.config._attn_implementation == "tra"
+    x = ids()
+    with torch.no_grad():
+        assert torch.equal(by_kind(x).logits, by_add_tra(x).logits)
+
+
+def test_what_add_attention_cannot_do_is_refused_by_name(tmp_path):
+    llama = LlamaForCausalLM(LlamaConfig(**SIZES))
+    with pytest.raises(ValueError, match=r"add_attention: kind = 'cope'; expected one of \('tra', 'fox', 'alibi'\)"):
+        add_attention(llama, "cope", rope="remove")
+    with pytest.raises(ValueError, match=r"kind 'alibi' has no setting \['gate_bias_init'\]; expected some of \[\]"):
+        add_attention(llama, "alibi", rope="remove", gate_bias_init=1.0)
+    with pytest.raises(ValueError, match=r"kind 'fox' has no setting \['threshold'\]; expected some of"):
+        add_attention(llama, "fox", rope="remove", threshold=0.5)
+    with pytest.raises(ValueError, match=r"add_attention: rope = 'drop'; expected one of \('keep', 'remove'\)"):
+        add_attention(llama, "fox", rope="drop")
+    from tra_attn.hf import TRAConfig, TRAForCausalLM
+
+    native = TRAForCausalLM(TRAConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(
+        ValueError, match=r"add_attention: TRAForCausalLM does not run its attention through transformers' attention "
+        r"interface \(_supports_attention_backend\); expected a model class that does"
+    ):  # fmt: skip
+        add_attention(native, "fox", rope="remove")
+    with pytest.raises(ValueError, match=r"add_attention: Linear does not run its attention through"):
+        add_attention(torch.nn.Linear(2, 2), "alibi", rope="remove")
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match=r"add_attention: GPT2LMHeadModel has no attention module with q/k/v/o"):
+        add_attention(gpt2, "alibi", rope="remove")
+    with pytest.raises(ValueError, match=r"add_attention: MistralForCausalLM has sliding-window layers"):
+        add_attention(MistralForCausalLM(MistralConfig(**SIZES, sliding_window=4)), "fox", rope="remove")
+    fox = converted(kind="fox")
+    with pytest.raises(ValueError, match=r"add_tra: LlamaForCausalLM already has FoX attention \(config.fox_att"):
+        add_tra(fox)
+    with pytest.raises(ValueError, match=r"add_attention: LlamaForCausalLM already has TRA attention \(config.tra\)"):
+        add_attention(tiny(), "alibi", rope="remove")
+    plain = LlamaForCausalLM(LlamaConfig(**SIZES))
+    plain.set_attn_implementation("tra_attn.fox")
+    with pytest.raises(ValueError, match=r"without FoX's gate; expected a model prepared by tra_attn\.hf\.add_att"):
+        plain(ids())
+    plain.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"load_attention: .* holds no model of add_attention \(its config has no"):
+        load_attention(tmp_path)

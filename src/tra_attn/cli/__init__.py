@@ -1,7 +1,8 @@
 """The ``tra`` command: a thin dispatcher over data, training, evaluation, questions and conversions.
 
 Generic commands (``data``, ``train``, ``eval``) work for every registered task; ``run`` answers a question
-(a results folder's spec: its runs and its page) and ``flipflop`` is the main job.
+(a results folder's spec: its runs and its page), ``flipflop`` is the main job and ``retrofit`` the retrofitting
+experiment on transformers' Llama.
 
 Exit codes: 0 done; 1 an operating-system error (a read-only folder, a full disk, a name too long: one
 ``tra: error:`` line naming what was written, the path and the reason), or a torchrun worker that lost the
@@ -29,6 +30,7 @@ from ..utils.os_errors import describe, os_error
 from .args import Parser
 from .checkpoints import add_convert_command, add_eval_command, add_inspect_command
 from .lm import add_lm_command
+from .retrofit import add_retrofit_command
 from .run import add_flipflop_command, add_run_command
 from .train import add_data_command, add_train_command
 from .upgrade import add_upgrade_command
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_command(sub)
     add_flipflop_command(sub)
     add_lm_command(sub)
+    add_retrofit_command(sub)
     add_convert_command(sub)
     add_upgrade_command(sub)
     return parser

@@ -1,10 +1,11 @@
 """Hugging Face interop (optional extra ``[hf]``): ``TRAConfig``, ``TRAForCausalLM``, tokenizers, conversion, and
-TRA inside transformers' own classes (``add_tra``, ``load_tra``: ``attn_implementation="tra"``, ``interface.py``).
+TRA inside transformers' own classes (``add_tra``, ``load_tra``: ``attn_implementation="tra"``, ``interface.py``),
+and TRA, FoX or ALiBi by one mechanism (``add_attention``, ``load_attention``: ``attention.py``).
 
 Importing this package registers the model with ``AutoConfig``, ``AutoModelForCausalLM`` and
-``AutoTokenizer``, and the attention function "tra" with transformers' attention and mask interfaces.
-``import tra_attn`` does that too, as soon as ``transformers`` is imported (before or after), without importing
-``transformers`` itself (see ``tra_attn/hf_hook.py``).
+``AutoTokenizer``, and the attention functions "tra", "tra_attn.fox" and "tra_attn.alibi" with transformers'
+attention and mask interfaces. ``import tra_attn`` does that too, as soon as ``transformers`` is imported (before or
+after), without importing ``transformers`` itself (see ``tra_attn/hf_hook.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if importlib.util.find_spec("transformers") is None:
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+from .attention import add_attention, load_attention  # noqa: E402
 from .configuration import MODEL_TYPE, TRAConfig  # noqa: E402
 from .convert import to_hf, to_native  # noqa: E402
 from .interface import add_tra, load_tra  # noqa: E402
@@ -40,8 +42,10 @@ __all__ = [
     "TRACache",
     "TRAConfig",
     "TRAForCausalLM",
+    "add_attention",
     "add_tra",
     "hf_tokenizer",
+    "load_attention",
     "load_tra",
     "register",
     "to_hf",

@@ -39,12 +39,16 @@ def _peak_memory_mb(device: str) -> float:
 
 
 @torch.no_grad()
-def window_metrics(model, tokens: np.ndarray, length: int, stride: int | None, token_bytes, buckets: int) -> dict:
+def window_metrics(
+    model, tokens: np.ndarray, length: int, stride: int | None, token_bytes, buckets: int, per_batch: int | None = None
+) -> dict:
     """Loss, perplexity, bits per byte and loss per position bucket over the windows of
-    ``eval_windows(len(tokens), length, stride)``."""
+    ``eval_windows(len(tokens), length, stride)``. ``model(inputs, labels=labels)`` gives the per-token loss (B, S), 0
+    where a label is IGNORE_INDEX; ``per_batch`` windows go through it at once (default: ``eval_batch_size`` of the
+    model's ModelConfig, fewer for kinds that materialise (S, S) scores)."""
     windows = eval_windows(len(tokens), length, stride)
     device = next(model.parameters()).device
-    per_batch = eval_batch_size(model.config, length)  # fewer windows for kinds that materialise (S, S)
+    per_batch = per_batch or eval_batch_size(model.config, length)
     edges = [round(b * length / buckets) for b in range(buckets + 1)]
     bucket_of = torch.bucketize(torch.arange(length), torch.tensor(edges[1:-1]), right=True).to(device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)

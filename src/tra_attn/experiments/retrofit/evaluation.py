@@ -1,0 +1,31 @@
+"""A row's bits per byte at each evaluation length: its stage's model (with the row's RoPE scaling at factor = the
+evaluation length / the training length, the factor that targets that length) on the same scored tokens at every
+length, cached by the stage's id and what is scored."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .plan import VERSION, Row
+from .presets import FACTORS
+from .scaling import rope_scaled
+from .scoring import bits_per_byte
+from .stages import StageCache
+
+
+def row_values(
+    row: Row, cache: StageCache, tokens: np.ndarray, token_bytes: np.ndarray, train_length: int, scored: dict
+) -> dict[int, float]:
+    """{factor: bits per byte} of ``row`` on ``tokens`` (``scored``: what they are, for the cache's key)."""
+    spec = {"version": VERSION, "stage": row.stage.id, "scaling": row.scaling, "factors": FACTORS, "scored": scored}
+
+    def compute() -> dict:
+        model = cache.model(row.stage)
+        values = {}
+        for factor in FACTORS:
+            scaled = model if row.scaling is None else rope_scaled(model, row.scaling, factor, train_length)
+            values[str(factor)] = bits_per_byte(scaled, tokens, factor * train_length, token_bytes)
+        return values
+
+    name = f"eval_{row.stage.name}" + (f"_{row.scaling}" if row.scaling else "")
+    return {int(factor): value for factor, value in cache.result(name, spec, compute).items()}

@@ -1,0 +1,124 @@
+"""What the retrofit experiment trains and evaluates: its stages (the base RoPE Llama, each conversion's continued
+trainings, TRA from scratch) and its rows (a stage, with a RoPE scaling at evaluation or without).
+
+- ``rope``: a fresh LlamaForCausalLM (RoPE), trained on the preset's text budget at the preset's rate for RoPE;
+- ``<kind>_<rope>_<steps>``: the base converted by ``add_attention(kind, rope=...)`` (default settings, fresh gates),
+  trained ``steps`` more (10% and 25% of the base's) on the batches after the base's, with a fresh warm-up to the
+  preset's ``continue_lr`` and a cosine to ``min_lr_ratio`` of it over the continuation's own steps;
+- ``tra_scratch``: the same fresh Llama (same seed: the same initial weights) with ``add_tra(rope="remove")``, trained
+  like the base at the preset's rate for TRA.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .presets import CONTINUE_FRACTIONS, RetrofitPreset
+from .scaling import SCALINGS
+from .stages import Stage, StageCache
+from .training import Recipe, train_causal_lm
+
+VERSION = 1  # of what a stage's spec means: raise it when the code changes what a stage trains
+CONVERSIONS = (  # (kind, rope, label): the converted rows, in the page's order
+    ("tra", "keep", "TRA, RoPE kept"),
+    ("tra", "remove", "TRA, RoPE removed"),
+    ("fox", "remove", "FoX"),
+    ("alibi", "remove", "ALiBi"),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the page: ``label``, the ``stage`` it evaluates, the RoPE ``scaling`` applied at evaluation (None:
+    none), and its training as the page says it (``steps``: the stage's own; ``base_steps``: before them)."""
+
+    label: str
+    stage: Stage
+    scaling: str | None
+    steps: int
+    base_steps: int = 0
+
+
+def base_recipe(preset: RetrofitPreset, seed: int) -> Recipe:
+    """The base's recipe: the lm preset's length, steps, batch and schedule at its rate for RoPE."""
+    config = preset.train
+    return Recipe(
+        steps=config.steps, lr=preset.rate("rope"), batch_size=config.batch_size, length=config.length,
+        warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio, weight_decay=config.weight_decay,
+        beta1=config.beta1, beta2=config.beta2, grad_clip=config.grad_clip, seed=seed,
+    )  # fmt: skip
+
+
+def continue_recipe(preset: RetrofitPreset, seed: int, steps: int) -> Recipe:
+    """A continuation's recipe: ``steps`` from the base's last step on, warm-up and peak of its own."""
+    base = base_recipe(preset, seed)
+    return replace(base, steps=steps, lr=preset.continue_lr, warmup_steps=preset.continue_warmup, first_step=base.steps)
+
+
+def fresh_llama(sizes: dict, seed: int):
+    """A LlamaForCausalLM of ``sizes`` initialised from ``seed``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**sizes))
+
+
+def stages(preset: RetrofitPreset, seed: int, tokens: np.ndarray, vocab_size: int, cache: StageCache) -> dict:
+    """Every stage, by name: 'rope', 'tra_scratch' and one per conversion and continuation length."""
+    from ...hf import add_attention, add_tra
+
+    sizes = preset.llama_sizes(vocab_size)
+    common = {"version": VERSION, "model": sizes, "data": preset.task_args, "seed": seed}
+    recipe = base_recipe(preset, seed)
+    found = {
+        "rope": Stage(
+            "rope",
+            {**common, "recipe": recipe.as_dict()},
+            lambda: _trained(fresh_llama(sizes, seed), tokens, recipe),
+        )
+    }
+    scratch = replace(recipe, lr=preset.rate("tra"))
+    found["tra_scratch"] = Stage(
+        "tra_scratch",
+        {**common, "recipe": scratch.as_dict(), "attention": {"kind": "tra", "rope": "remove"}},
+        lambda: _trained(add_tra(fresh_llama(sizes, seed), rope="remove"), tokens, scratch),
+    )
+    base = found["rope"]
+    for kind, rope, _ in CONVERSIONS:
+        for fraction in CONTINUE_FRACTIONS:
+            steps = preset.continue_steps(fraction)
+            more = continue_recipe(preset, seed, steps)
+
+            def convert_and_train(kind=kind, rope=rope, more=more):
+                model = copy.deepcopy(cache.model(base))
+                torch.manual_seed(seed)  # the gates' initialisation
+                return _trained(add_attention(model, kind, rope=rope), tokens, more)
+
+            name = f"{kind}_{rope}_{steps}"
+            spec = {"version": VERSION, "base": base.id, "attention": {"kind": kind, "rope": rope}}
+            found[name] = Stage(name, {**spec, "recipe": more.as_dict()}, convert_and_train)
+    return found
+
+
+def _trained(model, tokens: np.ndarray, recipe: Recipe):
+    return model, train_causal_lm(model, tokens, recipe)
+
+
+def rows(preset: RetrofitPreset, found: dict) -> list[Row]:
+    """The page's rows, in its order: RoPE and its scalings, each conversion after 10% and 25% more, TRA from
+    scratch."""
+    steps = preset.train.steps
+    base = found["rope"]
+    listed = [Row("RoPE", base, None, steps)]
+    listed += [Row(f"RoPE + {label}", base, scaling, steps) for scaling, label in SCALINGS.items()]
+    for kind, rope, label in CONVERSIONS:
+        for fraction in CONTINUE_FRACTIONS:
+            more = preset.continue_steps(fraction)
+            stage = found[f"{kind}_{rope}_{more}"]
+            listed.append(Row(f"{label}, +{round(100 * fraction)}%", stage, None, more, steps))
+    listed.append(Row("TRA from scratch", found["tra_scratch"], None, steps))
+    return listed

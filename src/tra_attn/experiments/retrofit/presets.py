@@ -1,0 +1,105 @@
+"""The retrofit experiment's budgets, each the budget of a language-model preset (``experiments/lm/presets.py``) on
+transformers' Llama: ``cpu`` (byte-level Austen: five novels to train, Persuasion to validate; 4 layers, d_model 128,
+4 heads; 600 steps of 32 x 128 tokens; AdamW, weight decay 0.1, warm-up 50, cosine to 0.1 of the peak; evaluated on
+the last 65,536 Persuasion bytes at 1x-16x) and ``tiny`` (a smoke test: seconds, numbers without meaning).
+
+The Llama matches the library's model of that preset in width, depth, heads and MLP (SwiGLU of twice the width,
+untied embeddings); the base RoPE model and TRA from scratch train at the preset's validated rates of the library's
+``rope`` and ``tra`` kinds. Importing this module does not import transformers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ...training.config import TrainConfig
+from ..lm.presets import PRESETS as TEXT_PRESETS
+from ..methods import Method
+
+CONTINUE_FRACTIONS = (0.10, 0.25)  # of the base's steps: each converted model's continued training
+FACTORS = (1, 2, 4, 8, 16)  # evaluation lengths, in training lengths
+
+
+@dataclass(frozen=True)
+class RetrofitPreset:
+    """A text budget for the experiment: the lm preset it takes its data, sizes and recipe from, the rates it
+    trains at, and the continuation's schedule (peak ``continue_lr`` after ``continue_warmup`` steps)."""
+
+    text_preset: str
+    continue_lr: float
+    continue_warmup: int
+    continue_reason: str
+    description: str
+
+    @property
+    def text(self):
+        return TEXT_PRESETS[self.text_preset]
+
+    @property
+    def train(self) -> SimpleNamespace:
+        """The lm preset's recipe (length, steps, batch, schedule, AdamW): its ``train`` fields over TrainConfig's
+        defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+        return SimpleNamespace(**{**defaults, **self.text.train})
+
+    @property
+    def task_args(self) -> dict:
+        return dict(self.text.task_args)
+
+    @property
+    def eval_tokens(self) -> int | None:
+        """The last tokens of the validation text scored at every length (None: all of it)."""
+        return self.text.eval_budget
+
+    def rate(self, kind: str) -> float:
+        """The lm preset's validated learning rate of the library's attention ``kind`` ('rope', 'tra')."""
+        return self.text.rate_for(Method(kind), self.text_preset)
+
+    def llama_sizes(self, vocab_size: int) -> dict:
+        """LlamaConfig fields of the preset's model (max_position_embeddings: the training length)."""
+        model = self.text.model
+        return dict(
+            vocab_size=vocab_size,
+            hidden_size=model["d_model"],
+            intermediate_size=2 * model["d_model"],
+            num_hidden_layers=model["n_layers"],
+            num_attention_heads=model["n_heads"],
+            num_key_value_heads=model["n_heads"],
+            max_position_embeddings=self.train.length,
+            tie_word_embeddings=False,
+        )
+
+    def continue_steps(self, fraction: float) -> int:
+        """Steps of a continuation of ``fraction`` of the base's budget (at least one)."""
+        return max(1, round(fraction * self.train.steps))
+
+
+PRESETS = {
+    "cpu": RetrofitPreset(
+        text_preset="cpu",
+        continue_lr=1e-3,
+        continue_warmup=10,
+        continue_reason="one peak for every converted kind: the lower of the preset's validated rates (TRA's; RoPE, "
+        "FoX and ALiBi train from scratch at 3e-3), a third of the base's peak and ten times the rate the base "
+        "ended at, as continued pre-training usually re-warms to a fraction of the original peak",
+        description="the cpu text budget on Llama: byte-level Austen; 4 layers, d_model 128, 4 heads; 600 steps of "
+        "32 x 128 tokens; evaluated on the last 65,536 Persuasion bytes at 1x-16x",
+    ),
+    "tiny": RetrofitPreset(
+        text_preset="tiny",
+        continue_lr=3e-3,
+        continue_warmup=1,
+        continue_reason="the tiny preset's one rate (a smoke test)",
+        description="smoke test (1 layer, d_model 16, 16-byte windows, 6 steps; continuations of 1 and 2 steps): "
+        "seconds, numbers without meaning",
+    ),
+}
+
+
+def retrofit_preset(name: str) -> RetrofitPreset:
+    """The preset ``name``, or a ValueError naming those there are."""
+    if name not in PRESETS:
+        raise ValueError(f"retrofit: preset = {name!r}; expected one of {sorted(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,71 @@
+"""``add_attention(model, kind=..., rope=...)``: convert a model of transformers' own classes to TRA or to one of the
+two rivals that convert the same way, FoX and ALiBi; ``load_attention(folder)`` loads any of them back.
+
+| kind    | attn_implementation | settings (config key)                                                    | gate |
+|---------|---------------------|--------------------------------------------------------------------------|------|
+| "tra"   | "tra"               | threshold, local_window, keep_surrogate, gate_bias_init (``config.tra``) | yes  |
+| "fox"   | "tra_attn.fox"      | gate_bias_init (``config.fox_attention``)                                | yes  |
+| "alibi" | "tra_attn.alibi"    | none (``config.alibi_attention``)                                        | no   |
+
+Each config key also holds ``rope`` ("keep" or "remove"). TRA keeps the name and config key ``add_tra`` has always
+used (``add_attention(model, kind="tra", ...)`` is ``add_tra``); the rivals' names are namespaced so that they cannot
+clash with transformers' own implementations.
+"""
+
+from __future__ import annotations
+
+from .alibi import KIND as ALIBI
+from .attach import Kind, check_model, convert, load_weights
+from .fox import KIND as FOX
+from .interface import KIND as TRA
+
+KINDS = {kind.name: kind for kind in (TRA, FOX, ALIBI)}
+
+
+def kind_of(name) -> Kind:
+    """The kind called ``name``, or a ValueError naming the kinds there are."""
+    if name not in KINDS:
+        raise ValueError(f"add_attention: kind = {name!r}; expected one of {tuple(KINDS)}")
+    return KINDS[name]
+
+
+def add_attention(model, kind: str, *, rope: str, **settings):
+    """Give a Hugging Face model the attention ``kind`` ("tra", "fox" or "alibi") in place, and return it: ``rope``
+    "keep" (the kind on the rotated q and k) or "remove" (no rotation: the kind's own positions), ``settings`` the
+    kind's own (module docstring). Fresh gates; load trained ones with ``load_attention``."""
+    spec = kind_of(kind)
+    unknown = sorted(set(settings) - set(spec.settings))
+    if unknown:
+        own = [name for name in spec.settings if name != "rope"]
+        raise ValueError(f"add_attention: kind {kind!r} has no setting {unknown}; expected some of {own} or none")
+    modules = check_model(model, "add_attention")
+    checked = spec.checked("add_attention", rope=rope, **settings)
+    return convert(
+        model, modules, implementation=spec.implementation, key=spec.key, settings=checked, gate_hook=spec.gate_hook
+    )
+
+
+def converted_kind(config) -> str | None:
+    """The kind a model's config says it was converted to (its settings' key), or None."""
+    return next((k.name for k in KINDS.values() if isinstance(getattr(config, k.key, None), dict)), None)
+
+
+def load_attention(folder, model_class=None, **kwargs):
+    """A model saved after ``add_attention`` or ``add_tra`` (``save_pretrained``), its gates included: the class
+    from the folder's config (``model_class``: e.g. ``AutoModelForCausalLM``, the default), the kind added with the
+    saved settings, then every weight loaded (none missing but tied ones, none unexpected)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    spec = KINDS.get(converted_kind(config))
+    if spec is None or set(getattr(config, spec.key)) != set(spec.settings):
+        keys = ", ".join(f"config.{k.key}" for k in KINDS.values())
+        raise ValueError(
+            f"load_attention: {folder} holds no model of add_attention (its config has none of {keys} with its "
+            "kind's settings); expected a folder saved after add_attention or add_tra"
+        )
+    settings = getattr(config, spec.key)
+    delattr(config, spec.key)
+    model = (model_class or AutoModelForCausalLM).from_config(config, **kwargs)
+    add_attention(model, spec.name, **settings)
+    return load_weights(model, folder, "load_attention")
