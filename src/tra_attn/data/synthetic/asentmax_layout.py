@@ -30,21 +30,10 @@ import math
 import torch
 
 from ..task import TEST_SEED, EvalSplit, Task, split_sequences
+from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
 
 SPECIALS = ("pad", "bos", "eos", "mask", "sep")  # SimpleTokenizer's order, ids max_vocab_id + 1 ...
 FIRST_TEST = 64  # the authors' shortest test seq_len (scripts/generate_data.py: --mdps_seq_len "64 128 ...")
-
-
-def check_int(task: str, name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{task}: {name} = {value!r}; expected an integer >= {low}")
-    return value
-
-
-def check_num(task: str, num) -> int:
-    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
-        raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
-    return num
 
 
 def check_fraction(task: str, name: str, value, closed_top: bool) -> float:

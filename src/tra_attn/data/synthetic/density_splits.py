@@ -16,6 +16,12 @@ def check_int(task: str, name: str, value, low: int) -> int:
     return value
 
 
+def check_num(task: str, num) -> int:
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
+    return num
+
+
 def check_density(task: str, name: str, value) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ValueError(f"{task}: {name} = {value!r}; expected a fraction in [0, 1)")

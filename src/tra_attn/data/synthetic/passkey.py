@@ -49,6 +49,23 @@ def split_name(depth: float) -> str:
     return f"depth{depth:g}"
 
 
+def length_depth_splits(task, train_length: int, sequences: int) -> list[EvalSplit]:
+    """The length x depth grid of a task with a ``depth`` field: at each of LENGTH_FACTORS times the training length,
+    a split per depth of DEPTHS; ``sequences`` per cell at the training length, the same token budget per cell
+    beyond it, and the depths of one length share their seed (TEST_SEED + the length's index)."""
+    task.check_length(train_length)
+    splits = []
+    for index, factor in enumerate(LENGTH_FACTORS):
+        length = factor * train_length
+        num = split_sequences(sequences, train_length, length)
+        for depth in DEPTHS:
+            cell = dataclasses.replace(task, depth=depth)
+            splits.append(
+                EvalSplit(split_name(depth), dataclasses.asdict(cell), cell.sample(num, length, TEST_SEED + index))
+            )
+    return splits
+
+
 @register_task
 @dataclass(frozen=True)
 class Passkey(Task):
@@ -134,17 +151,7 @@ class Passkey(Task):
         ``sequences`` per cell at the training length, the same token budget per cell beyond it. The depths of
         one length share their keys and filler (seed TEST_SEED + the length's index): only the key moves.
         """
-        self.check_length(train_length)
-        splits = []
-        for index, factor in enumerate(LENGTH_FACTORS):
-            length = factor * train_length
-            num = split_sequences(sequences, train_length, length)
-            for depth in DEPTHS:
-                task = dataclasses.replace(self, depth=depth)
-                splits.append(
-                    EvalSplit(split_name(depth), dataclasses.asdict(task), task.sample(num, length, TEST_SEED + index))
-                )
-        return splits
+        return length_depth_splits(self, train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'abc#4721defg?4721' -> token ids, validating the grammar and that the answer is the key."""

@@ -21,14 +21,12 @@ longer lists take more distinct words): a length needs num_cw + U <= num_words.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, TaskBatch, register_task, split_sequences
-from .passkey import LENGTH_FACTORS
+from ..task import TaskBatch, register_task
 from .ruler_layout import ANSWER, QUERY, WORD0, RulerTask, answer_mask, check_int, check_num, mean
 
 
@@ -113,21 +111,6 @@ class RulerCommonWords(RulerTask):
         marks = torch.tensor([QUERY, ANSWER]).expand(num, 2)
         tokens = torch.cat([context, marks, answer], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """One split ('iid') at each of 1x, 2x, 4x, 8x and 16x the training length; split k uses TEST_SEED + k.
-        Every length is checked before any is generated (the vocabulary must hold the longest)."""
-        lengths = [factor * train_length for factor in LENGTH_FACTORS]
-        for length in lengths:
-            self.check_length(length)
-        return [
-            EvalSplit(
-                "iid",
-                dataclasses.asdict(self),
-                self.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index),
-            )
-            for index, length in enumerate(lengths)
-        ]
 
     def solve(self, context: list[int], query: list[int]) -> list[int]:
         """The num_cw most frequent words, ascending; checks that they are more frequent than every other."""

@@ -24,15 +24,13 @@ more often than the next (at alpha = 2 and num_top = 3: lengths from 68 tokens).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, TaskBatch, register_task, split_sequences
-from .passkey import LENGTH_FACTORS
+from ..task import TaskBatch, register_task
 from .ruler_layout import ANSWER, NOISE, QUERY, WORD0, RulerTask, answer_mask, check_int, check_num, mean
 
 
@@ -137,16 +135,6 @@ class RulerFrequentWords(RulerTask):
         marks = torch.tensor([QUERY, ANSWER]).expand(num, 2)
         tokens = torch.cat([context, marks, by_rank[:, 1 : self.num_top + 1]], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """One split ('iid') at each of 1x, 2x, 4x, 8x and 16x the training length; split k uses TEST_SEED + k."""
-        self.check_length(train_length)
-        splits = []
-        for index, factor in enumerate(LENGTH_FACTORS):
-            length = factor * train_length
-            batch = self.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
-            splits.append(EvalSplit("iid", dataclasses.asdict(self), batch))
-        return splits
 
     def solve(self, context: list[int], query: list[int]) -> list[int]:
         """The num_top most frequent words (the noise word aside), most frequent first; checks they are ranked

@@ -29,12 +29,15 @@ RULER's metric, ``string_match_all``, is the fraction of the reference answers f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 
 import torch
 
-from ..task import Task, TaskBatch
+from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, split_sequences
+from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
+from .passkey import LENGTH_FACTORS
 
 RULER_COMMIT = "c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a"
 PAD, MARK, SEP, QUERY, ANSWER, NOISE = 10, 11, 12, 13, 14, 15
@@ -43,18 +46,6 @@ WORD0 = FILLER0 + NUM_FILLER
 SYMBOLS = [*string.digits, "<pad>", "#", "=", "?", ":", ".", *string.ascii_lowercase[:NUM_FILLER]]
 IDS = {symbol: i for i, symbol in enumerate(SYMBOLS)}
 HAYSTACKS = ("noise", "essay")  # RULER's type_haystack values we build (docs/ruler_suite.md: 'needle' is not)
-
-
-def check_int(task: str, name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{task}: {name} = {value!r}; expected an integer >= {low}")
-    return value
-
-
-def check_num(task: str, num) -> int:
-    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
-        raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
-    return num
 
 
 def check_haystack(task: str, haystack) -> str:
@@ -136,6 +127,21 @@ class RulerTask(Task):
     def what_fits(self) -> str:
         """The parts of the shortest sequence, for the message of a length too short."""
         return "the needles, the query and the answer, and one haystack token"
+
+    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
+        """One split ('iid') at each of 1x, 2x, 4x, 8x and 16x the training length; split k uses TEST_SEED + k.
+        Every length is checked before any is generated (common words' vocabulary must hold the longest)."""
+        lengths = [factor * train_length for factor in LENGTH_FACTORS]
+        for length in lengths:
+            self.check_length(length)
+        return [
+            EvalSplit(
+                "iid",
+                dataclasses.asdict(self),
+                self.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index),
+            )
+            for index, length in enumerate(lengths)
+        ]
 
     def solve(self, context: list[int], query: list[int]) -> list[int]:
         """The answer the context and the query call for; a ValueError (its text without the task's name) if

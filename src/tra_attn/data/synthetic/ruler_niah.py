@@ -25,14 +25,13 @@ values, haystack and other needles at every depth: only the queried needles move
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, TaskBatch, register_task, split_sequences
-from .passkey import DEPTHS, LENGTH_FACTORS, split_name
+from ..task import EvalSplit, TaskBatch, register_task
+from .passkey import length_depth_splits
 from .ruler_haystack import depth_keys, haystack, insert_units, place_keys
 from .ruler_layout import (
     ANSWER,
@@ -154,17 +153,7 @@ class RulerNeedles(RulerTask):
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """Passkey's length x depth grid: at 1x, 2x, 4x, 8x and 16x the training length, every depth of DEPTHS
         (splits 'depth0' ... 'depth1'); the depths of one length share their seed, TEST_SEED + the length's index."""
-        self.check_length(train_length)
-        splits = []
-        for index, factor in enumerate(LENGTH_FACTORS):
-            length = factor * train_length
-            num = split_sequences(sequences, train_length, length)
-            for depth in DEPTHS:
-                task = dataclasses.replace(self, depth=depth)
-                splits.append(
-                    EvalSplit(split_name(depth), dataclasses.asdict(task), task.sample(num, length, TEST_SEED + index))
-                )
-        return splits
+        return length_depth_splits(self, train_length, sequences)
 
     def solve(self, context: list[int], query: list[int]) -> list[int]:
         """Each queried key's values in order of appearance; checks the needles and the query."""

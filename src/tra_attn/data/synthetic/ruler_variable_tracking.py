@@ -23,14 +23,12 @@ almost never share one; with the answer scored token by token a shared number wo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from ..task import TEST_SEED, EvalSplit, TaskBatch, register_task, split_sequences
-from .passkey import LENGTH_FACTORS
+from ..task import TaskBatch, register_task
 from .ruler_haystack import haystack, insert_units
 from .ruler_layout import (
     ANSWER,
@@ -144,16 +142,6 @@ class RulerVariableTracking(RulerTask):
         query = torch.cat([torch.full((num, 1), QUERY), numbers[:, 0], torch.full((num, 1), ANSWER)], dim=1)
         tokens = torch.cat([context, query, names[:, 0]], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """One split ('iid') at each of 1x, 2x, 4x, 8x and 16x the training length; split k uses TEST_SEED + k."""
-        self.check_length(train_length)
-        splits = []
-        for index, factor in enumerate(LENGTH_FACTORS):
-            length = factor * train_length
-            batch = self.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
-            splits.append(EvalSplit("iid", dataclasses.asdict(self), batch))
-        return splits
 
     def solve(self, context: list[int], query: list[int]) -> list[int]:
         """The variables bound to the queried number, in chain order; checks the assignments and the query."""
