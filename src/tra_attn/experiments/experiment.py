@@ -26,7 +26,9 @@ class Experiment:
     validation, training time and, for a run trained to fit, its steps. Learning rates are chosen on the
     validation ``selection_metric``; ``fit_accuracy``: the fit threshold of a task scored per sequence, at or
     above which validation values count as equal in that choice (None: runs cannot train to fit).
-    ``section(results, folder, level, plots)``: the page's lines of this task (``results.Results``).
+    ``section(results, folder, page, level, plots)``: the page's lines of this task (``engine.Results``);
+    ``summary(all_results, folder, page, plots)``: the lines that open a page of several tasks whose experiments
+    all share it (None: the suite's summary, ``suite.report.suite_summary``).
     """
 
     task: str
@@ -38,6 +40,7 @@ class Experiment:
     higher_is_better: bool
     budget_unit: str
     fit_accuracy: float | None = None
+    summary: Callable[..., list[str]] | None = None
 
     def select_lrs(self, rows: Rows) -> dict[str, float]:
         """Per method, the learning rate with the best mean validation ``selection_metric`` over seeds."""

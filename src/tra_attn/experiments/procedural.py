@@ -37,9 +37,10 @@ def validation_rows(config: TrainConfig, directory: Path) -> list[dict]:
     return [{"split": "validation", "length": config.length, "metric": m, "value": v} for m, v in metrics.items()]
 
 
-def procedural_experiment(task: str, presets, section) -> Experiment:
+def procedural_experiment(task: str, presets, section, summary=None) -> Experiment:
     """The record of a procedural task: learning rates chosen on validation full-sequence accuracy with every
-    fitted value equal, runs trained to fit where the preset says so, ``section`` its part of a page."""
+    fitted value equal, runs trained to fit where the preset says so, ``section`` its part of a page (``summary``:
+    the opening of a page of several such tasks)."""
     return Experiment(
         task=task,
         presets=presets,
@@ -50,4 +51,5 @@ def procedural_experiment(task: str, presets, section) -> Experiment:
         higher_is_better=True,
         budget_unit="sequences",
         fit_accuracy=FIT_ACCURACY,
+        summary=summary,
     )

@@ -64,8 +64,13 @@ def command_of(spec_file: Path, evidence: Path) -> str:
 
 
 def question_lines(question: Question, results: list[Results], folder: Path, page: Path, plots: bool) -> list[str]:
-    """The sections of a question's page: a summary for several tasks, then each task's section."""
-    lines = suite_summary(results) if len(results) > 1 else []
+    """The sections of a question's page: a summary for several tasks (their experiments' own, if they share one),
+    then each task's section."""
+    lines = []
+    if len(results) > 1:
+        summaries = {result.experiment.summary for result in results}
+        summary = summaries.pop() if len(summaries) == 1 else None
+        lines = summary(results, folder, page, plots) if summary else suite_summary(results)
     for result in results:
         if not result.rows:
             lines += [f"No rows of {result.experiment.task} yet.", ""]
