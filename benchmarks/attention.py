@@ -1,10 +1,10 @@
 """TRA attention benchmark: forward and fwd+bwd time and peak memory against PyTorch SDPA, in the same run.
 
-CPU mode (default): B=1, H=8, D=64, fp32, S in {1k, 2k, 4k, 8k, 16k}; TRA naive (where it fits in
-memory), TRA chunked and ``scaled_dot_product_attention(is_causal=True)``, forward alone (what evaluation
-and generation pay, under no_grad) and forward+backward. A second table times the training options
-(local window 4 with the keep surrogate, then with logit dropout too) on the chunked path against the
-materialised reference, which served them before. Each measurement runs in a fresh subprocess so that its
+CPU mode (default): B=1, H=8, D=64, fp32, S in {1k, 2k, 4k, 8k, 16k}; TRA on the fused C++ kernels
+(``impl="cpu"``), on the chunked PyTorch path and naive (where it fits in memory), against
+``scaled_dot_product_attention(is_causal=True)``, forward alone (what evaluation and generation pay, under
+no_grad) and forward+backward. A last table times the training options (local window 4 with the keep
+surrogate, then with logit dropout too) on each path. Each measurement runs in a fresh subprocess so that its
 peak RSS is its own.
 
     python benchmarks/attention.py --out results/benchmarks/attention_cpu.md
@@ -77,7 +77,7 @@ def worker(spec: dict) -> dict:
     grad_out = torch.randn_like(q)
 
     def forward():
-        if impl == "sdpa":
+        if impl == "sdpa":  # no TRA options
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return threshold_relative_attention(q, k, v, g, impl=impl, **options)
 
@@ -140,13 +140,17 @@ def _cell(r, key="seconds"):
     return f"{r[key]:.3f} s / {r['peak_rss_mb']:,.0f} MB" if r else "does not fit"
 
 
+def ratio(r, base, key="seconds") -> str:
+    return f"{r[key] / base[key]:.2f}x"
+
+
 def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1024, 2048, 4096)) -> str:
     from tra_attn.utils.provenance import git_commit
 
     b, h, d = 1, 8, 64
     rows = []
     for s in lengths:
-        res = {impl: run_worker(impl, s, b, h, d, repeats, threads) for impl in ("sdpa", "chunked")}
+        res = {impl: run_worker(impl, s, b, h, d, repeats, threads) for impl in ("sdpa", "cpu", "chunked")}
         if naive_fits(s, b, h):
             res["naive"] = run_worker("naive", s, b, h, d, repeats, threads)
         rows.append((s, res))
@@ -154,12 +158,12 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
     training = []
     for s in training_lengths:
         for name, options in TRAINING_OPTIONS.items():
-            res = {"chunked": run_worker("chunked", s, b, h, d, repeats, threads, options)}
+            res = {impl: run_worker(impl, s, b, h, d, repeats, threads, options) for impl in ("sdpa", "cpu", "chunked")}
             if s <= 2048 and naive_fits(s, b, h):  # longer: minutes per call, and the memory tells already
                 res["naive"] = run_worker("naive", s, b, h, d, repeats, threads, options)
             training.append((s, name, res))
             print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr)
-    check = run_worker("chunked", 8192, 1, 4, 64, 1, threads)
+    checks = {impl: run_worker(impl, 8192, 1, 4, 64, 1, threads) for impl in ("cpu", "chunked")}
 
     lines = [
         "# TRA attention on CPU: forward and fwd+bwd time, peak memory",
@@ -173,39 +177,60 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
         + ("the process's CPU time, one thread" if threads == 1 else "wall-clock time")
         + "); peak RSS of a fresh process "
         "(includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate pre-activations "
-        "~ N(-2, 1). Ratios are TRA chunked time / SDPA time, measured in the same run.",
+        '~ N(-2, 1). Fused: the C++ kernels (`impl="cpu"`, what "auto" runs on a CPU, docs/cpu_op.md); chunked: '
+        "the PyTorch path; ratios are TRA time / SDPA time, measured in the same run.",
         "",
-        "| S | SDPA fwd | TRA chunked fwd | ratio fwd | SDPA fwd+bwd | TRA naive fwd+bwd | TRA chunked fwd+bwd "
-        "| ratio fwd+bwd |",
-        "|---|---|---|---|---|---|---|---|",
+        "## Forward",
+        "",
+        "| S | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA |",
+        "|---|---|---|---|---|---|",
     ]
     for s, res in rows:
-        sdpa, chunked = res["sdpa"], res["chunked"]
+        sdpa, fused, chunked = res["sdpa"], res["cpu"], res["chunked"]
         lines.append(
-            f"| {s} | {sdpa['forward_s']:.3f} s | {chunked['forward_s']:.3f} s | "
-            f"{chunked['forward_s'] / sdpa['forward_s']:.2f}x | {_cell(sdpa)} | {_cell(res.get('naive'))} | "
-            f"{_cell(chunked)} | {chunked['seconds'] / sdpa['seconds']:.2f}x |"
+            f"| {s} | {sdpa['forward_s']:.3f} s | {fused['forward_s']:.3f} s | {ratio(fused, sdpa, 'forward_s')} | "
+            f"{chunked['forward_s']:.3f} s | {ratio(chunked, sdpa, 'forward_s')} |"
         )
     lines += [
         "",
-        f"Memory check: TRA chunked fwd+bwd at S=8192, B=1, H=4, D=64 peaks at "
-        f"{check['peak_rss_mb']:,.0f} MB RSS ({check['rss_growth_mb']:,.0f} MB above the process after setup).",
+        "## Forward and backward",
         "",
-        "## The training options: chunked against the materialised reference",
+        "| S | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA | TRA naive |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s, res in rows:
+        sdpa, fused, chunked = res["sdpa"], res["cpu"], res["chunked"]
+        lines.append(
+            f"| {s} | {_cell(sdpa)} | {_cell(fused)} | {ratio(fused, sdpa)} | {_cell(chunked)} | "
+            f"{ratio(chunked, sdpa)} | {_cell(res.get('naive'))} |"
+        )
+    lines += [
+        "",
+        "Memory check, fwd+bwd at S=8192, B=1, H=4, D=64: "
+        + "; ".join(
+            f"TRA {name} peaks at {checks[impl]['peak_rss_mb']:,.0f} MB RSS "
+            f"({checks[impl]['rss_growth_mb']:,.0f} MB above the process after setup)"
+            for impl, name in (("cpu", "fused"), ("chunked", "chunked"))
+        )  # fmt: skip
+        + ".",
+        "",
+        "## The training options",
         "",
         "The options the recommended TRA (`tra:local_window=4,keep_surrogate=1`) trains with (local window 4, "
-        "keep surrogate at temperature 1), and with logit dropout 0.1 as well, fwd+bwd time / peak RSS. The naive "
-        "(materialised) path is what served them before (O(S^2) memory); the chunked one computes the same values "
-        "and gradients (to 1e-10 in fp64, tests/ops/test_tra_surrogate.py).",
+        "keep surrogate at temperature 1), and with logit dropout 0.1 as well, fwd+bwd time / peak RSS, beside SDPA "
+        "(which has no such options: the same call as above). The naive (materialised) path is the reference every "
+        "other computes the same values and gradients as (tests/ops/test_tra_surrogate.py, test_tra_cpu.py).",
         "",
-        "| S | options | TRA naive fwd+bwd (up to S = 2048) | TRA chunked fwd+bwd | naive / chunked |",
-        "|---|---|---|---|---|",
+        "| S | options | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA | TRA naive (up to S = 2048) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s, name, res in training:
-        naive, chunked = res.get("naive"), res["chunked"]
-        speedup = f"{naive['seconds'] / chunked['seconds']:.1f}x" if naive else "n/a"
+        sdpa, fused, chunked, naive = res["sdpa"], res["cpu"], res["chunked"], res.get("naive")
         naive_cell = _cell(naive) if naive or not naive_fits(s, b, h) else "not run"
-        lines.append(f"| {s} | {name} | {naive_cell} | {_cell(chunked)} | {speedup} |")
+        lines.append(
+            f"| {s} | {name} | {_cell(sdpa)} | {_cell(fused)} | {ratio(fused, sdpa)} | {_cell(chunked)} | "
+            f"{ratio(chunked, sdpa)} | {naive_cell} |"
+        )
     lines.append("")
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ TRITON = importlib.util.find_spec("triton") is not None and (
 )
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 triton_only = pytest.mark.skipif(not TRITON, reason="needs triton with CUDA or TRITON_INTERPRET=1")
-IMPLS = ["naive", "chunked", pytest.param("triton", marks=triton_only)]
+IMPLS = ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)]
 NAMES = ("q", "k", "v", "log_gate")
 
 

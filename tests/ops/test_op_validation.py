@@ -65,7 +65,7 @@ def test_bad_tensors(mutate, pattern):
 
 
 OPTION_CASES = [
-    ({"impl": "flash"}, r"impl = 'flash'; expected one of \('auto', 'naive', 'chunked', 'triton'\)"),
+    ({"impl": "flash"}, r"impl = 'flash'; expected one of \('auto', 'naive', 'chunked', 'cpu', 'triton'\)"),
     ({"impl": None}, r"impl = None; expected one of"),
     ({"impl": "Chunked"}, r"impl = 'Chunked'; expected one of"),
     ({"impl": "cuda"}, r"impl = 'cuda'; expected one of \('auto', 'naive', 'chunked'"),

@@ -1,5 +1,6 @@
 """The decoding path (ops/tra/decode.py): a few queries against a long cache, without gradients, exact against
-the materialised reference under every keep rule, document layout and dtype, and chosen by "auto" only then."""
+the materialised reference under every keep rule, document layout and dtype, and chosen by "auto" only then (where
+the fused CPU kernels, which "auto" prefers, are not built: tests/ops/test_tra_cpu.py tests their decoding rows)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.decode import DECODE_MAX_QUERIES, tra_decode
 from tra_attn.ops.tra.decode import tra_decode_unsanitized as unsanitized
 from tra_attn.ops.varlen import PADDING, segment_ids_from
+
+
+@pytest.fixture(autouse=True)
+def without_fused_kernels(monkeypatch):
+    """ "auto" as on a machine where the fused CPU kernels could not be built."""
+    monkeypatch.setattr(dispatch_module, "cpu_kernels_available", lambda: False)
+
 
 RULES = {
     "threshold": KeepRule(0.0),

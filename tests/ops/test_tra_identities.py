@@ -17,7 +17,7 @@ from tra_attn.ops.fox import forgetting_attention
 from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.tra import keep_and_count
 
-IMPLS = ["naive", "chunked"]
+IMPLS = ["naive", "chunked", "cpu"]
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -163,7 +163,7 @@ def test_the_three_forms_agree(impl):
     assert torch.equal(by_mask, unchecked)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", pytest.param("triton", marks=triton_only)])
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)])
 def test_one_document_is_bit_identical_to_no_segments(impl):
     """A single document covering the sequence takes the segment code paths and changes no bit."""
     seg = packed(37)[2]
@@ -472,7 +472,7 @@ def test_public_op_decodes_a_padded_long_cache_with_split_kv():
     assert_close(out[1:].cpu(), alone.cpu(), atol=2e-5)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", pytest.param("triton", marks=triton_only)])
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)])
 def test_non_finite_entries_stay_in_their_document(impl):
     """A NaN in one document's key poisons only that document's later rows; a NaN at a padding position
     (a key or a padding query) poisons nothing, and the padding query still outputs 0."""

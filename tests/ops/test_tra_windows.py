@@ -98,7 +98,7 @@ def test_triton_matches_naive(shape, windows):
         assert_close(a.cpu(), e, atol=3e-5 * max(1.0, e.abs().max().item()), name=name)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
 @pytest.mark.parametrize(
     "threshold,windows",
     [(0.0, {"sliding_window": 41}), (-math.inf, {"local_window": 5, "sliding_window": 99})],
@@ -146,7 +146,7 @@ def test_with_a_local_window_no_row_is_empty_and_counts_are_bounded():
     assert (count[..., 0] <= 4 + plain_keep.sum(-1)).all()
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
 @pytest.mark.parametrize("local_window", [1, 3])
 def test_irrelevant_keys_beyond_the_local_window_change_nothing(impl, local_window):
     """op_contract.md 6.3 with a local window: keys with s_ij <= threshold inserted at distance >= w add
@@ -181,7 +181,7 @@ def test_irrelevant_keys_beyond_the_local_window_change_nothing(impl, local_wind
     assert_close(run(k2, v2).cpu(), run(k, v).cpu(), atol=1e-12 if dtype == torch.float64 else 1e-6)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
 def test_a_sliding_window_sees_only_its_last_keys(impl):
     """The output at i depends only on the last sliding_window keys: cutting or changing the others does nothing."""
     dtype = torch.float32 if impl == "triton" else torch.float64

@@ -94,7 +94,7 @@ class TRAOptions(KindOptions):
         "key j is kept iff its score exceeds this; -inf: no threshold, every causal key kept (an ablation)",
         below_inf,
     )
-    impl: str = option("auto", "op implementation: auto, naive, chunked, triton", one_of(*IMPLS))
+    impl: str = option("auto", "op implementation: auto, naive, chunked, cpu (fused kernels), triton", one_of(*IMPLS))
     learned_temperature: bool = option(False, "a learned per-head factor on the scores, initialised to 1 (exact TRA)")
     dense_heads: int = option(
         0, "the first N heads of each layer keep every causal key (no threshold)", non_negative_int

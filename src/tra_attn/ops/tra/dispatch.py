@@ -13,13 +13,15 @@ import torch
 from ..autocast import no_autocast
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
+from .cpu_build import library as cpu_library
 from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
+from .fused_cpu import tra_cpu, tra_cpu_decode
 from .naive import tra_naive
 from .nonfinite import poison, sanitize
 from .split_kv import split_kv_attention
 from .surrogate import tra_surrogate
 
-IMPLS = ("auto", "naive", "chunked", "triton")
+IMPLS = ("auto", "naive", "chunked", "cpu", "triton")
 SPLIT_KV_MIN_KEYS = 1024  # keys per split when a single query is decoded with the Triton kernels
 SPLIT_KV_MAX_SPLITS = 64
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -95,6 +97,8 @@ def validate_inputs(
         fail("prune_tau", shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
     aids = TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
     _check_served(impl, prune_tau, aids)
+    if impl == "cpu" and q.device.type != "cpu":
+        fail("impl", "'cpu'", f"CPU tensors for the fused CPU kernels (q is on {q.device})")
     if impl == "triton":
         if not (q.is_cuda or triton_interpreted()):
             fail("impl", "'triton'", "CUDA tensors (or TRITON_INTERPRET=1 for the Triton interpreter)")
@@ -121,8 +125,11 @@ def validate_inputs(
 def _check_served(impl: str, prune_tau, aids: TrainingAids) -> None:
     """The early exit's bound holds for the exact logits only: the fast paths refuse it with dropout or the
     surrogate (whose gradient reaches keys the exit skips). "naive" ignores prune_tau, and "auto" picks it."""
-    if prune_tau is None or impl not in ("chunked", "triton"):
+    if prune_tau is None or impl not in ("chunked", "cpu", "triton"):
         return
+    if impl == "cpu":
+        fail("prune_tau", shown(prune_tau), "None for impl='cpu' (the fused CPU kernels have no early exit; "
+             "impl='chunked' prunes)")  # fmt: skip
     for name, value in (("logit_dropout", aids.logit_dropout), ("keep_surrogate", aids.keep_surrogate)):
         if value:
             fail(
@@ -161,9 +168,11 @@ def threshold_relative_attention(
         log_gate: (B, H, Sq) per-query log forget gate, values <= 0 (NaN and -inf: see below).
         scale: score scale; 1/sqrt(D) by default.
         threshold: key j is kept for query i iff j <= i and scale * q_i . k_j > threshold (see the windows).
-        impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "triton" (fused GPU
-            kernels), or "auto" (triton for CUDA tensors when triton is installed, chunked otherwise, and the
-            materialised rows of ``decode.py`` for a decoding call: at most 16 queries without gradients).
+        impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "cpu" (fused C++ CPU
+            kernels, ``fused_cpu.py``; built on first use, and where they cannot be, the chunked path after a
+            one-line notice), "triton" (fused GPU kernels), or "auto" (triton for CUDA tensors when triton is
+            installed; on the CPU the fused kernels, else chunked and the materialised rows of ``decode.py`` for a
+            decoding call: at most 16 queries without gradients; chunked whenever ``prune_tau`` is given).
         prune_tau: optional early exit (chunked and triton): keys are skipped once a bound proves that
             all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
             moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
@@ -237,11 +246,14 @@ def threshold_relative_attention(
         key_padding_mask=key_padding_mask,
         segment_ids=segment_ids,
     )
-    call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
+    if call.aids.logit_dropout or call.aids.dropout_seed is not None:
+        call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
+    impl = _resolve(impl, q, k, v, log_gate, call)
+    if impl == "cpu" and cpu_checks_itself(q, k, v, log_gate, call):  # no pass over the cache: the kernel's rows
+        return tra_cpu_decode(q, k, v, log_gate, scale=call.scale, keep=call.keep)  # apply the contract
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
-    # round the scores that the keep decision compares with the threshold).
+    # round the scores that the keep decision compares with the threshold). The fused CPU kernels cast nothing.
     with no_autocast(q.device):
-        impl = _resolve(impl, q, k, v, log_gate, call)
         if impl == "decode" and checks_itself(q, call.documents):  # no pass over the whole cache to sanitise it
             return tra_decode_unsanitized(q, k, v, log_gate, scale=call.scale, keep=call.keep)
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
@@ -260,9 +272,18 @@ def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
     fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
     if q.is_cuda and triton_available() and fits_triton:
         return "triton"
+    if q.device.type == "cpu" and call.prune_tau is None and cpu_kernels_available():
+        return "cpu"
     if call.prune_tau is None and not call.aids.active and decodes(q, k, v, log_gate):
         return "decode"
     return "chunked"
+
+
+def cpu_checks_itself(q, k, v, log_gate, call: Call) -> bool:
+    """Whether the fused CPU kernels apply the non-finite contract themselves: a decoding step of one query per
+    row that sees every key (no documents, no sliding window), no training aid, no early exit, no gradient."""
+    plain = call.prune_tau is None and not call.aids.active and not call.keep.sliding_window
+    return plain and checks_itself(q, call.documents) and decodes(q, k, v, log_gate) and cpu_kernels_available()
 
 
 def _dispatch(q, k, v, log_gate, impl: str, call: Call):
@@ -273,6 +294,8 @@ def _dispatch(q, k, v, log_gate, impl: str, call: Call):
     if impl == "naive":  # the reference never prunes; the surrogate's gradient is its own materialised form
         run = tra_surrogate if call.aids.keep_surrogate else tra_naive
         return run(q, k, v, log_gate, **contract, aids=call.aids)
+    if impl == "cpu" and cpu_kernels_available():
+        return tra_cpu(q, k, v, log_gate, **contract, aids=call.aids)
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
@@ -293,6 +316,12 @@ def _split_kv_decode(q, k, v, log_gate, prune_tau) -> bool:
 # Looked up once: torch.compile cannot trace find_spec, and a graph break inside the op's autocast guard
 # stops dynamo altogether (seen on an H200 with torch 2.11: an internal assertion, not a fallback).
 _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
+@torch.compiler.assume_constant_result
+def cpu_kernels_available() -> bool:
+    """Whether the fused CPU kernels are built (building them on the first call; a constant to torch.compile)."""
+    return cpu_library() is not None
 
 
 def triton_available() -> bool:

@@ -1,0 +1,264 @@
+"""TRA on the fused CPU kernels (``cpu/tra_cpu.cpp``, built by ``cpu_build.py``): the op's ``impl="cpu"``.
+
+It serves what the chunked path serves but the early exit: the threshold, both windows, documents and padding,
+the keep surrogate and the logit dropout (the same hash mask), rows with no kept key, fp32 and fp64 (bf16 and
+fp16 run in fp32, as everywhere). Forward and backward are two ``torch.library`` custom ops, so torch.compile
+keeps them in its graph; their autograd formula is the kernels' backward. A call of at most 4 queries without
+dropout (decoding) runs one row per thread pass over its keys instead of the tiled kernel. docs/cpu_op.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from ..masks import compute_dtype
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
+from .cpu_build import library
+from .dropout import LogitDropout
+
+
+class Params(ctypes.Structure):
+    """The kernels' ``Params`` (cpu/tra_cpu.cpp), field for field."""
+
+    _fields_ = [
+        ("n", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("sq", ctypes.c_int64),
+        ("sk", ctypes.c_int64),
+        ("d", ctypes.c_int64),
+        ("scale", ctypes.c_double),
+        ("threshold", ctypes.c_double),
+        ("local_window", ctypes.c_int64),
+        ("sliding_window", ctypes.c_int64),
+        ("seg_keys", ctypes.c_void_p),
+        ("seg_queries", ctypes.c_void_p),
+        ("seg_starts", ctypes.c_void_p),
+        ("drop_rows", ctypes.c_void_p),
+        ("drop_cols", ctypes.c_void_p),
+        ("drop_p32", ctypes.c_int64),
+        ("drop_scale", ctypes.c_double),
+        ("tau", ctypes.c_double),
+        ("threads", ctypes.c_int64),
+        ("k_stride", ctypes.c_int64),
+        ("v_stride", ctypes.c_int64),
+        ("checked", ctypes.c_int64),
+    ]
+
+
+def pointer(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+@functools.cache
+def kernel(name: str, dtype: torch.dtype):
+    """The C function ``tra_<name>_<f32|f64>`` with its argument types (a pointer to Params, then pointers)."""
+    function = getattr(library(), f"tra_{name}_{'f64' if dtype == torch.float64 else 'f32'}")
+    count = {"forward": 9, "backward": 14}[name]
+    function.argtypes = [ctypes.POINTER(Params)] + [ctypes.c_void_p] * count
+    function.restype = ctypes.c_int
+    return function
+
+
+def params(q, k, v, heads, scale, threshold, local, sliding, segments, drop_rows, drop_cols, p32, drop_scale, tau,
+           checked=False):  # fmt: skip
+    n, sq, d = q.shape
+    keys, queries, starts = segments
+    return Params(
+        n, heads, sq, k.shape[1], d, scale, threshold, local, sliding, pointer(keys), pointer(queries), pointer(starts),
+        pointer(drop_rows), pointer(drop_cols), p32, drop_scale, tau, torch.get_num_threads(), k.stride(0),
+        v.stride(0), int(checked),
+    )  # fmt: skip
+
+
+def rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (N, S, D) itself if each n's (S, D) rows are contiguous (a slice of a longer cache is), else a copy."""
+    s, d = t.shape[1:]
+    if (t.stride(2) == 1 or d <= 1) and (t.stride(1) == d or s <= 1):
+        return t
+    return t.contiguous()
+
+
+def run_forward(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, heads, scale, threshold,
+                local_window, sliding_window, drop_p32, drop_scale, tau, checked=False):  # fmt: skip
+    """The forward kernel on flattened inputs (see ``cpu_forward``): (out, lse, m, dropped values, dropped count),
+    the last two None unless dropout and the surrogate are both on. ``checked``: a decoding call whose rows apply
+    the non-finite contract themselves (``decode_row`` in the kernels)."""
+    n, sq, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((n, sq), dtype=q.dtype)
+    m = torch.empty((n, sq), dtype=q.dtype)
+    sums = drop_rows is not None and tau > 0
+    dvals = torch.empty((n, sq, d), dtype=q.dtype) if sums else None
+    dcount = torch.empty((n, sq), dtype=q.dtype) if sums else None
+    p = params(q, k, v, heads, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
+               drop_rows, drop_cols, drop_p32, drop_scale, tau, checked)  # fmt: skip
+    kernel("forward", q.dtype)(p, *map(pointer, (q, k, v, log_gate, out, lse, m, dvals, dcount)))
+    return out, lse, m, dvals, dcount
+
+
+@torch.library.custom_op("tra_attn::cpu_forward", mutates_args=(), device_types="cpu")
+def cpu_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_gate: torch.Tensor,
+    seg_keys: torch.Tensor | None,
+    seg_queries: torch.Tensor | None,
+    seg_starts: torch.Tensor | None,
+    drop_rows: torch.Tensor | None,
+    drop_cols: torch.Tensor | None,
+    heads: int,
+    scale: float,
+    threshold: float,
+    local_window: int,
+    sliding_window: int,
+    drop_p32: int,
+    drop_scale: float,
+    tau: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, lse, m, dropped values, dropped count) of flattened q (N, Sq, D), k, v (N, Sk, D; each n's rows
+    contiguous), log_gate (N, Sq): lse +inf and m -inf on rows with no kept key; the dropped sums (the kept keys
+    whose logit the dropout zeroed: the surrogate's backward reads them) are empty unless both dropout and the
+    surrogate are on."""
+    out, lse, m, dvals, dcount = run_forward(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows,
+                                             drop_cols, heads, scale, threshold, local_window, sliding_window,
+                                             drop_p32, drop_scale, tau)  # fmt: skip
+    none = q.new_empty((0,))
+    return out, lse, m, none if dvals is None else dvals, none.clone() if dcount is None else dcount
+
+
+@cpu_forward.register_fake
+def _(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, heads, scale, threshold,
+      local_window, sliding_window, drop_p32, drop_scale, tau):  # fmt: skip
+    n, sq, d = q.shape
+    sums = drop_rows is not None and tau > 0
+    return (
+        torch.empty_like(q),
+        q.new_empty((n, sq)),
+        q.new_empty((n, sq)),
+        q.new_empty((n, sq, d) if sums else (0,)),
+        q.new_empty((n, sq) if sums else (0,)),
+    )
+
+
+@torch.library.custom_op("tra_attn::cpu_backward", mutates_args=(), device_types="cpu")
+def cpu_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_gate: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    m: torch.Tensor,
+    dvals: torch.Tensor,
+    dcount: torch.Tensor,
+    grad_out: torch.Tensor,
+    seg_keys: torch.Tensor | None,
+    seg_queries: torch.Tensor | None,
+    seg_starts: torch.Tensor | None,
+    drop_rows: torch.Tensor | None,
+    drop_cols: torch.Tensor | None,
+    heads: int,
+    scale: float,
+    threshold: float,
+    local_window: int,
+    sliding_window: int,
+    drop_p32: int,
+    drop_scale: float,
+    tau: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dlog_gate) from the forward's statistics and the output's gradient."""
+    dq, dk, dv, dg = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(log_gate)
+    grad_out = grad_out.to(q.dtype).contiguous()
+    sums = dvals.numel() > 0
+    p = params(q, k, v, heads, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
+               drop_rows, drop_cols, drop_p32, drop_scale, tau)  # fmt: skip
+    sums = (dvals, dcount) if sums else (None, None)
+    tensors = (q, k, v, log_gate, out, lse, m, *sums, grad_out, dq, dk, dv, dg)
+    kernel("backward", q.dtype)(p, *map(pointer, tensors))
+    return dq, dk, dv, dg
+
+
+@cpu_backward.register_fake
+def _(q, k, v, log_gate, *rest):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(log_gate)
+
+
+OPTIONS = 9  # the forward's arguments after its tensors q, k, v, log_gate and the five optional ones
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, log_gate, *optional = inputs[:9]
+    out, lse, m, dvals, dcount = output
+    ctx.save_for_backward(q, k, v, log_gate, out, lse, m, dvals, dcount, *(t for t in optional if t is not None))
+    ctx.present = [t is not None for t in optional]
+    ctx.options = inputs[9:]
+
+
+def _backward(ctx, grad_out, *unused):
+    q, k, v, log_gate, out, lse, m, dvals, dcount, *given = ctx.saved_tensors
+    given = iter(given)
+    optional = [next(given) if present else None for present in ctx.present]
+    dq, dk, dv, dg = cpu_backward(q, k, v, log_gate, out, lse, m, dvals, dcount, grad_out, *optional, *ctx.options)
+    return (dq, dk, dv, dg) + (None,) * (5 + OPTIONS - 1)
+
+
+cpu_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def tra_cpu(
+    q,
+    k,
+    v,
+    log_gate,
+    *,
+    scale: float,
+    keep: KeepRule,
+    documents: Documents = NO_DOCUMENTS,
+    aids: TrainingAids = NO_AIDS,
+):
+    """TRA on the fused CPU kernels for q (B, H, Sq, D), k, v (B, H, Sk, D), log_gate (B, H, Sq) on the CPU;
+    output in q's dtype. ``keep`` and ``documents`` decide the kept keys, every aid is served (the dropout mask of
+    ``aids.dropout_seed``; the surrogate's forward is exact TRA); finite inputs (``nonfinite.sanitize``). Keys
+    and values are read in place when each head's rows are contiguous (a slice of a KV cache)."""
+    b, h, sq, d = q.shape
+    sk = k.shape[2]
+    cdt = compute_dtype(q.dtype)
+    flat_q = q.reshape(b * h, sq, d).to(cdt).contiguous()
+    flat_g = log_gate.reshape(b * h, sq).to(cdt).contiguous()
+    flat_k, flat_v = (rows_contiguous(t.reshape(b * h, sk, d).to(cdt)) for t in (k, v))
+    segments = documents.segments(sq)
+    seg = (None, None, None) if segments is None else tuple(segments)
+    drop_rows = drop_cols = None
+    p32, drop_scale = 0, 1.0
+    if aids.logit_dropout:
+        dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, sk, q.device)
+        drop_rows, drop_cols = dropout.rows.reshape(b * h, sq).contiguous(), dropout.cols.contiguous()
+        p32, drop_scale = dropout.p32, dropout.scale
+    args = (flat_q, flat_k, flat_v, flat_g, *seg, drop_rows, drop_cols, h, float(scale), keep.threshold,
+            keep.local_window, keep.sliding_window, p32, drop_scale, aids.surrogate_for(keep))  # fmt: skip
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, log_gate))
+    # Without autograd to record, the kernel itself: the custom op's dispatch costs about 20 us a call.
+    forward = cpu_forward if needs_grad or torch.compiler.is_compiling() else run_forward
+    out = forward(*args)[0]
+    return out.reshape(b, h, sq, d).to(q.dtype)
+
+
+def tra_cpu_decode(q, k, v, log_gate, *, scale: float, keep: KeepRule):
+    """``tra_cpu`` with ``checked`` for a decoding step (one query per row, no gradient, no documents, no sliding
+    window, no aid): the kernel's rows apply the non-finite contract, and nothing else runs in Python that the
+    step can do without (a decoding step is a few microseconds of work per layer)."""
+    b, h, sq, d = q.shape
+    n, cdt = b * h, compute_dtype(q.dtype)
+    flat_q = q.reshape(n, sq, d).to(cdt).contiguous()
+    flat_k, flat_v = (rows_contiguous(t.reshape(n, t.shape[2], d).to(cdt)) for t in (k, v))
+    stats = torch.empty((2, n, sq), dtype=cdt)
+    out = torch.empty_like(flat_q)
+    p = Params(n, h, sq, k.shape[2], d, scale, keep.threshold, keep.local_window, 0, None, None, None, None, None, 0,
+               1.0, 0.0, torch.get_num_threads(), flat_k.stride(0), flat_v.stride(0), 1)  # fmt: skip
+    gate = log_gate.reshape(n, sq).to(cdt).contiguous()
+    kernel("forward", cdt)(p, *map(pointer, (flat_q, flat_k, flat_v, gate, out, stats[0], stats[1], None, None)))
+    return out.view(b, h, sq, d).to(q.dtype)

@@ -1,0 +1,214 @@
+"""The fused CPU kernels (impl="cpu") against the naive reference, forward and backward: shapes and head dims the
+micro-kernels split unevenly, every keep rule, documents and padding, the keep surrogate and the logit dropout, rows
+with no kept key, the decoding rows and their non-finite contract, fp32 and bf16, several threads, torch.compile,
+and the fallback to the chunked path when the kernels cannot be built."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import assert_close, output_and_grads, tra_inputs
+from tra_attn import threshold_relative_attention
+from tra_attn.ops.tra import KeepRule, TrainingAids, tra_naive
+from tra_attn.ops.tra.contract import Documents
+from tra_attn.ops.tra.cpu_build import available
+from tra_attn.ops.tra.fused_cpu import tra_cpu
+from tra_attn.ops.tra.surrogate import tra_surrogate
+
+pytestmark = pytest.mark.skipif(not available(), reason="the fused CPU kernels could not be built here")
+NAMES = ("out", "dq", "dk", "dv", "dgate")
+NO_AIDS = TrainingAids()
+# (B, H, Sq, Sk, D): odd lengths, several query and key blocks, Sq < Sk, the row-by-row path (Sq <= 4), head dims
+# below, between and above the micro-kernels' widths (16 fp32 lanes, 8 fp64).
+SHAPES = [(2, 3, 37, 37, 16), (1, 2, 130, 130, 64), (1, 1, 70, 150, 5), (2, 1, 3, 50, 24), (1, 2, 200, 200, 33),
+          (1, 1, 1, 1, 8), (1, 2, 65, 65, 128), (1, 1, 4, 9, 1)]  # fmt: skip
+RULES = [KeepRule(), KeepRule(0.3), KeepRule(-math.inf), KeepRule(local_window=4), KeepRule(-0.2, sliding_window=20),
+         KeepRule(local_window=3, sliding_window=40)]  # fmt: skip
+
+
+def run(impl, keep, documents=None, aids=NO_AIDS):
+    documents = Documents() if documents is None else Documents(documents)
+
+    def call(q, k, v, g):
+        scale = q.shape[-1] ** -0.5
+        if impl == "cpu":
+            return tra_cpu(q, k, v, g, scale=scale, keep=keep, documents=documents, aids=aids)
+        reference = tra_surrogate if aids.keep_surrogate else tra_naive
+        return reference(q, k, v, g, scale=scale, keep=keep, documents=documents, aids=aids)
+
+    return call
+
+
+def compare(shape, keep, documents=None, aids=NO_AIDS, dtype=torch.float64, atol=1e-11, seed=0):
+    b, h, sq, sk, d = shape
+    inputs = tra_inputs(b, h, sq, sk, d, dtype=dtype, seed=seed)
+    grad_out = torch.randn(b, h, sq, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    expected = output_and_grads(run("naive", keep, documents, aids), inputs, grad_out.to(dtype))
+    actual = output_and_grads(run("cpu", keep, documents, aids), inputs, grad_out.to(dtype))
+    for name, a, e in zip(NAMES, actual, expected):
+        assert_close(a, e, atol=atol, rtol=atol, name=name)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Sq{}-Sk{}-D{}".format(*s))
+@pytest.mark.parametrize("keep", RULES, ids=str)
+def test_cpu_matches_naive_fp64(shape, keep):
+    compare(shape, keep, seed=sum(shape))
+
+
+def documents_of(b: int, sk: int) -> torch.Tensor:
+    """Three documents per row, the first row's last keys padding (and, in a second row, left padding)."""
+    ids = torch.zeros(b, sk, dtype=torch.int32)
+    ids[:, sk // 3 :] = 1
+    ids[:, 2 * sk // 3 :] = 2
+    ids[0, -3:] = -1
+    if b > 1:
+        ids[1, :4] = -1
+    return ids
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 90, 90, 16), (2, 1, 3, 40, 8), (2, 2, 20, 100, 32)], ids=str)
+@pytest.mark.parametrize("keep", RULES[:1] + RULES[3:], ids=str)
+def test_documents_and_padding_match_naive(shape, keep):
+    compare(shape, keep, documents_of(shape[0], shape[3]), seed=shape[2])
+
+
+AIDS = [
+    TrainingAids(keep_surrogate=0.5),
+    TrainingAids(logit_dropout=0.2, dropout_seed=3),
+    TrainingAids(keep_surrogate=1.0, logit_dropout=0.3, dropout_seed=5),
+]
+
+
+@pytest.mark.parametrize("aids", AIDS, ids=["surrogate", "dropout", "surrogate+dropout"])
+@pytest.mark.parametrize("keep", [KeepRule(), KeepRule(local_window=4), KeepRule(-0.1, 2, 30)], ids=str)
+def test_training_aids_match_the_materialised_reference(aids, keep):
+    compare((2, 2, 75, 75, 16), keep, aids=aids, seed=11)
+    compare((2, 1, 40, 60, 8), keep, documents_of(2, 60), aids=aids, seed=12)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-4), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"])
+def test_fp32_and_bf16_match_naive(dtype, atol):
+    for shape in [(2, 3, 129, 129, 64), (1, 2, 2, 300, 32)]:
+        compare(shape, KeepRule(local_window=4), dtype=dtype, atol=atol, seed=shape[2])
+        compare(shape, KeepRule(), aids=AIDS[2], dtype=dtype, atol=atol, seed=shape[3])
+
+
+def test_rows_with_no_kept_key_output_zero_and_pass_no_gradient():
+    q, k, v, g = tra_inputs(1, 2, 50, 50, 8, seed=3)
+    keep = KeepRule(threshold=10.0)  # above every score of unit-RMS q and k: nothing is kept
+    out = tra_cpu(q, k, v, g, scale=8**-0.5, keep=keep)
+    assert torch.equal(out, torch.zeros_like(out))
+    grads = torch.autograd.grad(out, (q, k, v, g), torch.randn_like(out))
+    assert all(torch.equal(t, torch.zeros_like(t)) for t in grads)
+
+
+def test_gradcheck_fp64():
+    inputs = tra_inputs(1, 2, 9, 12, 3, seed=5)
+    keep = KeepRule(local_window=2)
+    assert torch.autograd.gradcheck(lambda *x: tra_cpu(*x, scale=0.5, keep=keep), inputs)
+
+
+@pytest.mark.parametrize("heads", [1, 8])
+def test_thread_counts_agree(heads):
+    """Several threads over few heads add every query block's dK and dV in private buffers (summed after);
+    over many heads each head's blocks are one thread's: both equal one thread's result."""
+    inputs = tra_inputs(1, heads, 150, 150, 16, seed=heads)
+    grad_out = torch.randn(1, heads, 150, 16, dtype=torch.float64)
+    call = run("cpu", KeepRule(local_window=4), aids=AIDS[0])
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = output_and_grads(call, inputs, grad_out)
+        torch.set_num_threads(2)
+        two = output_and_grads(call, inputs, grad_out)
+    finally:
+        torch.set_num_threads(previous)
+    for name, a, e in zip(NAMES, two, one):
+        assert_close(a, e, atol=1e-12, rtol=1e-12, name=name)
+
+
+def test_keys_and_values_are_read_in_place_from_a_longer_cache():
+    q, k, v, g = tra_inputs(2, 3, 1, 64, 16, requires_grad=False, seed=9)
+    buffer_k, buffer_v = (
+        torch.zeros(2, 3, 100, 16, dtype=torch.float64),
+        torch.zeros(2, 3, 100, 16, dtype=torch.float64),
+    )
+    buffer_k[:, :, :64], buffer_v[:, :, :64] = k, v
+    cached = threshold_relative_attention(q, buffer_k[:, :, :64], buffer_v[:, :, :64], g, impl="cpu")
+    assert_close(cached, threshold_relative_attention(q, k, v, g, impl="naive"), atol=1e-12)
+
+
+BAD = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf}
+
+
+@pytest.mark.parametrize("where", ["clean", "q-nan", "key-inf", "value-nan", "gate-ninf", "later-value-nan"])
+def test_a_decoding_step_applies_the_nonfinite_contract_in_its_rows(where):
+    """One query per row, no documents: the kernel's rows are NaN exactly where the contract says (the
+    reference's, on sanitised inputs), with no pass over the cache beforehand."""
+    q, k, v, g = tra_inputs(2, 3, 1, 90, 8, requires_grad=False, seed=7)
+    targets = {"q": (q, (0, 1, 0, 3)), "key": (k, (0, 1, 30, 2)), "value": (v, (1, 2, 50, 5)),
+               "gate": (g, (0, 1, 0)), "later-value": (v, (0, 0, 89, 1))}  # fmt: skip
+    if where != "clean":
+        name, _, value = where.rpartition("-")
+        tensor, index = targets[name]
+        tensor[index] = BAD[value]
+    with torch.no_grad():
+        out = threshold_relative_attention(q, k, v, g, local_window=2, impl="cpu", validate=False)
+        expected = threshold_relative_attention(q, k, v, g, local_window=2, impl="naive", validate=False)
+    assert torch.equal(torch.isnan(out), torch.isnan(expected)), where
+    assert torch.isnan(out).any() == (where != "clean")
+    finite = ~torch.isnan(expected)
+    assert_close(out[finite], expected[finite], atol=1e-13)
+
+
+def test_auto_runs_the_fused_kernels_on_the_cpu(monkeypatch):
+    import tra_attn.ops.tra.dispatch as dispatch
+
+    calls = []
+    monkeypatch.setattr(dispatch, "tra_cpu", lambda *a, **kw: calls.append("tra_cpu") or tra_cpu(*a, **kw))
+    q, k, v, g = tra_inputs(1, 2, 20, 20, 8, seed=1)
+    threshold_relative_attention(q, k, v, g)
+    assert calls == ["tra_cpu"]
+    with pytest.raises(ValueError, match="prune_tau = 5.0; expected None for impl='cpu'"):
+        threshold_relative_attention(q, k, v, g, impl="cpu", prune_tau=5.0)
+    threshold_relative_attention(q, k, v, g, prune_tau=5.0)  # auto: the chunked path's early exit
+    assert calls == ["tra_cpu"]
+
+
+def test_compiled_with_no_graph_break():
+    q, k, v, g = tra_inputs(1, 2, 40, 40, 16, dtype=torch.float32, seed=2)
+    compiled = torch.compile(lambda *x: threshold_relative_attention(*x, impl="cpu", validate=False), fullgraph=True)
+    out = compiled(q, k, v, g)
+    out.sum().backward()
+    assert_close(out, threshold_relative_attention(q, k, v, g, impl="naive"), atol=2e-5)
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+FALLBACK = """
+import torch
+from tra_attn import threshold_relative_attention
+from tra_attn.ops.tra.cpu_build import library
+q = torch.randn(1, 2, 10, 8)
+out = threshold_relative_attention(q, q, q, -torch.rand(1, 2, 10), impl="cpu")
+print("library", library())
+"""
+
+
+@pytest.mark.parametrize("env", [{"CXX": "/nonexistent/g++"}, {"TRA_CPU_KERNELS": "0"}], ids=["no-compiler", "off"])
+def test_without_the_kernels_the_op_runs_on_the_chunked_path(env, tmp_path):
+    """No compiler (or the kernels switched off): the op still runs, and says why once, on stderr."""
+    environ = {**os.environ, "TRA_CPU_KERNELS_DIR": str(tmp_path), **env}
+    done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, env=environ, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "library None" in done.stdout
+    if "CXX" in env:
+        assert done.stderr.count("the chunked PyTorch path") == 1
+        assert "/nonexistent/g++" in done.stderr
+    else:
+        assert done.stderr == ""
