@@ -101,7 +101,7 @@ static inline bool dropout_keeps(uint32_t x, int64_t p32) {
   x *= 0x21F0AAADu;
   x ^= x >> 15;
   x *= 0x735A2D97u;
-  return static_cast<int64_t>(static_cast<int32_t>(x)) >= p32 - 2147483648LL;
+  return static_cast<int32_t>(x) >= static_cast<int32_t>(p32 - 2147483648LL);  // p32 - 2^31 fits an int32
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -278,8 +278,11 @@ static void tile_logits(RowBlock<T>& rb, int64_t j0, int nb, const T* ST, T* LT,
   // Local copies the compiler can keep apart from the tiles (no aliasing), so every lane loop vectorises.
   alignas(64) T carry[BR], gate[BR], top[BR];
   alignas(64) int32_t pos[BR], qid[BR];
+  alignas(64) uint32_t dkey[BR];
+  alignas(64) T factors[BR];  // the dropout's factors, where the caller keeps none
   for (int i = 0; i < BR; ++i) {
     carry[i] = rb.carry[i], gate[i] = rb.gate[i], top[i] = neg_inf, pos[i] = rb.pos[i], qid[i] = rb.qid[i];
+    dkey[i] = static_cast<uint32_t>(rb.dkey[i]);
   }
   const bool docs = p.seg_keys != nullptr;
   const int32_t sliding = static_cast<int32_t>(p.sliding_window), local = static_cast<int32_t>(p.local_window);
@@ -306,11 +309,12 @@ static void tile_logits(RowBlock<T>& rb, int64_t j0, int nb, const T* ST, T* LT,
     if (p.drop_rows) {
       const uint32_t col = static_cast<uint32_t>(p.drop_cols[j]);
       const T scale = T(p.drop_scale);
-      T* f = FT ? FT + jj * BR : nullptr;
+      T* __restrict f = FT ? FT + jj * BR : factors;
+#pragma omp simd
       for (int i = 0; i < BR; ++i) {
-        const T factor = dropout_keeps(static_cast<uint32_t>(rb.dkey[i]) ^ col, p.drop_p32) ? scale : T(0);
-        if (f) f[i] = factor;
-        if (l[i] != neg_inf) l[i] *= factor;
+        const T factor = dropout_keeps(dkey[i] ^ col, p.drop_p32) ? scale : T(0);
+        f[i] = factor;
+        l[i] = l[i] == neg_inf ? l[i] : l[i] * factor;
       }
     }
 #pragma omp simd
@@ -322,13 +326,14 @@ static void tile_logits(RowBlock<T>& rb, int64_t j0, int nb, const T* ST, T* LT,
 template <class T> struct Tiles {
   static constexpr int BR = rows_per_block<T>();
   // qt: the rows' scaled q, transposed; st, lt, pt, ct, ft, wt, dt: per key and row, the scores, logits (then
-  // dP), weights, counts, dropout factors, the surrogate's weights and dS; ot: the output accumulator,
-  // transposed; dot_, dqt: dO and dQ transposed; qs: the rows' scaled q, row-major.
+  // dP), weights, counts, dropout factors, the surrogate's weights (in the forward: the kept keys the dropout
+  // zeroed) and dS; ot: the output accumulator, transposed; dot_, dqt: dO and dQ (in the forward: the dropped
+  // kept keys' values) transposed; qs: the rows' scaled q, row-major.
   Buffer<T> qt, st, lt, pt, ct, ft, wt, dt, ot, dot_, dqt, qs;
   explicit Tiles(int64_t D, bool backward)
-      : qt(D * BR), st(BC * BR), lt(BC * BR), pt(BC * BR), ct(backward ? BC * BR : 1), ft(BC * BR),
-        wt(backward ? BC * BR : 1), dt(backward ? BC * BR : 1), ot(backward ? 1 : D * BR), dot_(backward ? D * BR : 1),
-        dqt(backward ? D * BR : 1), qs(backward ? D * BR : 1) {}
+      : qt(D * BR), st(BC * BR), lt(BC * BR), pt(BC * BR), ct(backward ? BC * BR : 1), ft(BC * BR), wt(BC * BR),
+        dt(backward ? BC * BR : 1), ot(backward ? 1 : D * BR), dot_(backward ? D * BR : 1), dqt(D * BR),
+        qs(backward ? D * BR : 1) {}
 };
 
 // Rows [r0, r0 + rows) of x (N x S x D) transposed into xt (D x BR), times ``factor``; padding lanes zero.
@@ -351,23 +356,27 @@ static void forward_item(const Params& p, int64_t n, int64_t r0, const T* q, con
   transpose_rows(q + (n * p.sq + r0) * D, rb.rows, D, T(p.scale), t.qt.data);
   std::memset(t.ot.data, 0, sizeof(T) * D * BR);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  alignas(64) T m[BR], norm[BR], bmax[BR], alpha[BR];
-  for (int i = 0; i < BR; ++i) m[i] = neg_inf, norm[i] = T(0);
+  alignas(64) T m[BR], norm[BR], bmax[BR], alpha[BR], dropped[BR];
+  for (int i = 0; i < BR; ++i) m[i] = neg_inf, norm[i] = T(0), dropped[i] = T(0);
   const bool sums = dvals != nullptr;
+  if (sums) std::memset(t.dqt.data, 0, sizeof(T) * D * BR);
   for (int64_t j1 = rb.jend; j1 > rb.jlo;) {
     const int64_t j0 = std::max(rb.jlo, j1 - BC);
     const int nb = static_cast<int>(j1 - j0);
     mk_rows_times_t<T, JR>(nb, static_cast<int>(D), kn + j0 * D, t.qt.data, t.st.data);
     tile_logits<T>(rb, j0, nb, t.st.data, t.lt.data, nullptr, sums ? t.ft.data : nullptr, bmax);
     if (sums) {  // the values and number of the kept keys whose logit the dropout zeroed (surrogate_backward)
-      for (int jj = 0; jj < nb; ++jj)
-        for (int i = 0; i < rb.rows; ++i)
-          if (t.lt.data[jj * BR + i] != neg_inf && t.ft.data[jj * BR + i] == T(0)) {
-            T* dv = dvals + (n * p.sq + r0 + i) * D;
-            const T* vj = vn + (j0 + jj) * D;
-            for (int64_t d = 0; d < D; ++d) dv[d] += vj[d];
-            dcount[n * p.sq + r0 + i] += T(1);
-          }
+      for (int jj = 0; jj < nb; ++jj) {
+        const T* __restrict l = t.lt.data + jj * BR;
+        const T* __restrict f = t.ft.data + jj * BR;
+        T* __restrict m = t.wt.data + jj * BR;
+#pragma omp simd
+        for (int i = 0; i < BR; ++i) {
+          m[i] = (l[i] != neg_inf && f[i] == T(0)) ? T(1) : T(0);
+          dropped[i] += m[i];
+        }
+      }
+      mk_t_times_rows<T, JR>(nb, static_cast<int>(D), vn + j0 * D, t.wt.data, t.dqt.data, nullptr);
     }
     alignas(64) T shift[BR];
 #pragma omp simd
@@ -400,6 +409,10 @@ static void forward_item(const Params& p, int64_t n, int64_t r0, const T* q, con
     for (int64_t d = 0; d < D; ++d) out[row * D + d] = t.ot.data[d * BR + i] * inv;
     lse[row] = has ? m[i] + std::log(norm[i]) : std::numeric_limits<T>::infinity();
     mx[row] = m[i];
+    if (sums) {
+      for (int64_t d = 0; d < D; ++d) dvals[row * D + d] = t.dqt.data[d * BR + i];
+      dcount[row] = dropped[i];
+    }
   }
 }
 
@@ -726,10 +739,6 @@ int forward(const Params* pp, const T* q, const T* k, const T* v, const T* g, T*
   const Params& p = *pp;
   if (p.sq <= DECODE_MAX_QUERIES && !p.drop_rows) return decode(pp, q, k, v, g, out, lse, mx);
   const int64_t blocks = query_blocks<T>(p), items = p.n * blocks;
-  if (dvals) {
-    std::memset(dvals, 0, sizeof(T) * p.n * p.sq * p.d);
-    std::memset(dcount, 0, sizeof(T) * p.n * p.sq);
-  }
 #pragma omp parallel num_threads(static_cast<int>(p.threads))
   {
     Tiles<T> tiles(p.d, false);
