@@ -253,12 +253,12 @@ def tra_cpu_decode(q, k, v, log_gate, *, scale: float, keep: KeepRule):
     step can do without (a decoding step is a few microseconds of work per layer)."""
     b, h, sq, d = q.shape
     n, cdt = b * h, compute_dtype(q.dtype)
-    flat_q = q.reshape(n, sq, d).to(cdt).contiguous()
-    flat_k, flat_v = (rows_contiguous(t.reshape(n, t.shape[2], d).to(cdt)) for t in (k, v))
-    stats = torch.empty((2, n, sq), dtype=cdt)
-    out = torch.empty_like(flat_q)
+    flat_q, gate = q.to(cdt).reshape(n, sq, d).contiguous(), log_gate.to(cdt).reshape(n, sq).contiguous()
+    flat_k, flat_v = (rows_contiguous(t.to(cdt).reshape(n, t.shape[2], d)) for t in (k, v))
+    buffer = torch.empty(n * sq * (d + 2), dtype=cdt)  # the output, then the rows' two statistics: one allocation
+    output, stats, size = buffer.data_ptr(), buffer.data_ptr() + n * sq * d * buffer.element_size(), buffer.element_size()
     p = Params(n, h, sq, k.shape[2], d, scale, keep.threshold, keep.local_window, 0, None, None, None, None, None, 0,
                1.0, 0.0, torch.get_num_threads(), flat_k.stride(0), flat_v.stride(0), 1)  # fmt: skip
-    gate = log_gate.reshape(n, sq).to(cdt).contiguous()
-    kernel("forward", cdt)(p, *map(pointer, (flat_q, flat_k, flat_v, gate, out, stats[0], stats[1], None, None)))
-    return out.view(b, h, sq, d).to(q.dtype)
+    kernel("forward", cdt)(p, flat_q.data_ptr(), flat_k.data_ptr(), flat_v.data_ptr(), gate.data_ptr(), output,
+                           stats, stats + n * sq * size, None, None)  # fmt: skip
+    return buffer[: n * sq * d].view(b, h, sq, d).to(q.dtype)
