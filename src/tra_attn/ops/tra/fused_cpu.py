@@ -256,7 +256,8 @@ def tra_cpu_decode(q, k, v, log_gate, *, scale: float, keep: KeepRule):
     flat_q, gate = q.to(cdt).reshape(n, sq, d).contiguous(), log_gate.to(cdt).reshape(n, sq).contiguous()
     flat_k, flat_v = (rows_contiguous(t.to(cdt).reshape(n, t.shape[2], d)) for t in (k, v))
     buffer = torch.empty(n * sq * (d + 2), dtype=cdt)  # the output, then the rows' two statistics: one allocation
-    output, stats, size = buffer.data_ptr(), buffer.data_ptr() + n * sq * d * buffer.element_size(), buffer.element_size()
+    size = buffer.element_size()
+    output, stats = buffer.data_ptr(), buffer.data_ptr() + n * sq * d * size
     p = Params(n, h, sq, k.shape[2], d, scale, keep.threshold, keep.local_window, 0, None, None, None, None, None, 0,
                1.0, 0.0, torch.get_num_threads(), flat_k.stride(0), flat_v.stride(0), 1)  # fmt: skip
     kernel("forward", cdt)(p, flat_q.data_ptr(), flat_k.data_ptr(), flat_v.data_ptr(), gate.data_ptr(), output,
