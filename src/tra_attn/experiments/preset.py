@@ -13,7 +13,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .fit import FIT_ACCURACY
 from .methods import Method
+
+SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
+# The procedural tasks' CPU model, and the smoke tests' model.
+SMALL_MODEL = dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0)
+TINY_MODEL = dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0)
 
 
 @dataclass(frozen=True)
@@ -62,3 +68,29 @@ class Preset:
         if self.lrs:
             return f"the preset's, {self.lrs_source}"
         return f"{self.lr:g} for every method ({self.lr_reason})"
+
+
+def fit_recipe(length: int, steps: int, *, eval_every: int, checkpoint_every: int, **changes) -> dict:
+    """The procedural tasks' CPU recipe, trained to fit within ``steps``: batch 32, 50 warm-up steps, weight decay
+    0.01, gradient clipping 1.0, validation on 256 sequences every ``eval_every`` steps; ``changes`` on top."""
+    recipe = dict(length=length, steps=steps, batch_size=32, warmup_steps=50, weight_decay=0.01, grad_clip=1.0,
+                  eval_every=eval_every, eval_sequences=256, checkpoint_every=checkpoint_every,
+                  fit_accuracy=FIT_ACCURACY)  # fmt: skip
+    return {**recipe, **changes}
+
+
+def smoke_preset(*, length: int, eval_budget: int, description: str, task_args=None, **changes) -> Preset:
+    """A smoke test of the pipeline: the tiny model, 10 steps of 8 sequences at ``length`` (``changes`` on top), one
+    rate for every method; CoPE's position table covers the length."""
+    train = dict(length=length, steps=10, batch_size=8, warmup_steps=2, eval_every=5, eval_sequences=16,
+                 checkpoint_every=10, fit_accuracy=FIT_ACCURACY)  # fmt: skip
+    return Preset(
+        task_args=task_args or {},
+        model=TINY_MODEL,
+        options={"cope": {"max_pos": length}},
+        train={**train, **changes},
+        lr=3e-3,
+        lr_reason=SMOKE,
+        eval_budget=eval_budget,
+        description=description,
+    )

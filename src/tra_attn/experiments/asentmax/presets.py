@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from ...data import make_task
 from ...data.synthetic.asentmax_layout import training_lengths
-from ..fit import FIT_ACCURACY
-from ..preset import Preset
+from ..preset import SMALL_MODEL, Preset, fit_recipe, smoke_preset
 
 ASENTMAX_TASKS = (
     "asentmax_copy",
@@ -26,7 +25,6 @@ ASENTMAX_TASKS = (
     "asentmax_nback",
     "asentmax_local_count",
 )
-SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 CPU_LONGEST = 4096  # the longest test seq_len on CPU (MQMTAR's authors go to 65,536: O(S^2) kinds cannot)
 
 
@@ -56,10 +54,8 @@ AUTHORS = {
     "asentmax_local_count": AuthorsRecipe(None, None, None, 10_000_000, 128, None, "README.md (LocalCount data)"),
 }  # fmt: skip
 
-CPU_MODEL = dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0)  # head dim 16, as theirs
 CPU_STEPS = 2000
 CPU_BATCH = 32  # a pilot at 1500 steps of 32 (d_model 64): flip-flop and 2-back fit, sort nearly, the rest not
-TINY_MODEL = dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0)
 
 
 def task_presets(task: str) -> dict[str, Preset]:
@@ -71,21 +67,18 @@ def task_presets(task: str) -> dict[str, Preset]:
     return {
         "cpu": Preset(
             task_args={"longest_test": CPU_LONGEST},
-            model=CPU_MODEL,
+            model=SMALL_MODEL,  # head dim 16, as theirs
             options={"cope": {"max_pos": length}},
-            train=dict(
-                length=length,
+            train=fit_recipe(
+                length,
+                CPU_STEPS,
+                eval_every=100,
+                checkpoint_every=500,
                 length_spread=spread,
-                steps=CPU_STEPS,
                 batch_size=CPU_BATCH,
                 warmup_steps=100,
                 weight_decay=0.0,  # theirs (experiment configs: optimizer.weight_decay 0.0)
                 beta2=0.99,  # theirs (sparse_gemma.yaml: betas [0.9, 0.99])
-                grad_clip=1.0,
-                eval_every=100,
-                eval_sequences=256,
-                checkpoint_every=500,
-                fit_accuracy=FIT_ACCURACY,
             ),
             eval_budget=128,
             description=f"2 layers, d_model 64, 4 heads; the authors' training lengths ({length} tokens with spread "
@@ -93,23 +86,10 @@ def task_presets(task: str) -> dict[str, Preset]:
             f"steps: at most {CPU_STEPS * CPU_BATCH:,} samples, 1/{scale:,.0f} of the authors' {authors.samples:,}; "
             f"tested at seq_len 64-{CPU_LONGEST}",
         ),
-        "tiny": Preset(
+        "tiny": smoke_preset(
             task_args={"longest_test": 128},
-            model=TINY_MODEL,
-            options={"cope": {"max_pos": length}},
-            train=dict(
-                length=length,
-                length_spread=spread,
-                steps=10,
-                batch_size=8,
-                warmup_steps=2,
-                eval_every=5,
-                eval_sequences=16,
-                checkpoint_every=10,
-                fit_accuracy=FIT_ACCURACY,
-            ),
-            lr=3e-3,
-            lr_reason=SMOKE,
+            length=length,
+            length_spread=spread,
             eval_budget=8,
             description="smoke test (1 layer, d_model 16, 10 steps, tests at seq_len 64 and 128)",
         ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..fit import FIT_ACCURACY
 from ..methods import GATE_AT_KEY, NO_DISTANCE, NO_THRESHOLD, Method, as_first_run
-from ..preset import Preset
+from ..preset import SMOKE, Preset
 
 TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read
 
@@ -72,7 +72,7 @@ PRESETS = {
             checkpoint_every=10,
         ),
         lr=3e-3,
-        lr_reason="a smoke test of the pipeline: its numbers are no evidence",
+        lr_reason=SMOKE,
         eval_budget=64,
         description="smoke test (1 layer, d_model 16, 16-token sequences, 20 steps)",
     ),

@@ -4,9 +4,8 @@ tokens scored at every length; None: the whole text)."""
 from __future__ import annotations
 
 from ..methods import NO_THRESHOLD, Method, as_first_run
-from ..preset import Preset
+from ..preset import SMOKE, Preset
 
-SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 # The cpu preset's validated rates: each the best on validation bits per byte in the sweep of results/text (the
 # kinds) or results/text_tra_variants (the TRA variants); tests/experiments/test_specs.py checks that they agree.
 CPU_RATES = {

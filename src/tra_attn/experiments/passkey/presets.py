@@ -4,8 +4,7 @@ per cell at 2x-16x (``Passkey.eval_splits``)."""
 
 from __future__ import annotations
 
-from ..fit import FIT_ACCURACY
-from ..preset import Preset
+from ..preset import SMALL_MODEL, Preset, fit_recipe, smoke_preset
 
 CPU_LENGTH = 64
 CPU_TASK_ARGS = dict(key_digits=4)  # 4-digit keys in 54 filler tokens at the training length
@@ -17,42 +16,18 @@ PRESETS = {
     # No validated learning rates: every question on passkey sweeps a grid (results/passkey).
     "cpu": Preset(
         task_args=CPU_TASK_ARGS,
-        model=dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0),
+        model=SMALL_MODEL,
         options={"cope": {"max_pos": CPU_LENGTH}},  # CoPE's position table covers the training length
-        train=dict(
-            length=CPU_LENGTH,
-            steps=2000,
-            batch_size=32,
-            warmup_steps=50,
-            weight_decay=0.01,
-            grad_clip=1.0,
-            eval_every=50,
-            eval_sequences=256,
-            checkpoint_every=500,
-            fit_accuracy=FIT_ACCURACY,
-        ),
+        train=fit_recipe(CPU_LENGTH, 2000, eval_every=50, checkpoint_every=500),
         eval_budget=128,
         description="2 layers, d_model 64, 4 heads; 64-token sequences with 4-digit keys, batch 32, trained to fit "
         "(validation exact match 0.99) within 2000 steps; tested at 64-1024 tokens and 5 depths (128 sequences "
         "per cell at 64 tokens, 8 at 1024); about 3 minutes per run that fits near step 800 on one CPU core, 8 for "
         "one that trains to the cap",
     ),
-    "tiny": Preset(
+    "tiny": smoke_preset(
         task_args=TINY_TASK_ARGS,
-        model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0),
-        options={"cope": {"max_pos": 16}},
-        train=dict(
-            length=16,
-            steps=10,
-            batch_size=8,
-            warmup_steps=2,
-            eval_every=5,
-            eval_sequences=16,
-            checkpoint_every=10,
-            fit_accuracy=FIT_ACCURACY,
-        ),
-        lr=3e-3,
-        lr_reason="a smoke test of the pipeline: its numbers are no evidence",
+        length=16,
         eval_budget=16,
         description="smoke test (1 layer, d_model 16, 16-token sequences with 2-digit keys, 10 steps)",
     ),

@@ -7,8 +7,7 @@ Ours is trained from scratch at 128 tokens on one task at a time: its numbers ar
 
 from __future__ import annotations
 
-from ..fit import FIT_ACCURACY
-from ..preset import Preset
+from ..preset import SMALL_MODEL, Preset, fit_recipe, smoke_preset
 
 NEEDLE_TASKS = ("ruler_niah_single", "ruler_niah_multikey", "ruler_niah_multivalue", "ruler_niah_multiquery")
 RULER_TASKS = (*NEEDLE_TASKS, "ruler_variable_tracking", "ruler_common_words", "ruler_frequent_words")
@@ -25,48 +24,23 @@ TINY_TASK_ARGS = {
     "ruler_common_words": {"num_cw": 2, "freq_cw": 3, "freq_ucw": 1},
     "ruler_frequent_words": {"num_top": 1},
 }
-SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 
 
 def task_presets(task: str) -> dict[str, Preset]:
     return {
         "cpu": Preset(
             task_args=TASK_ARGS.get(task, {}),
-            model=dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0),
+            model=SMALL_MODEL,
             options={"cope": {"max_pos": CPU_LENGTH}},  # CoPE's position table covers the training length
-            train=dict(
-                length=CPU_LENGTH,
-                steps=2000,
-                batch_size=32,
-                warmup_steps=50,
-                weight_decay=0.01,
-                grad_clip=1.0,
-                eval_every=100,
-                eval_sequences=256,
-                checkpoint_every=500,
-                fit_accuracy=FIT_ACCURACY,
-            ),
+            train=fit_recipe(CPU_LENGTH, 2000, eval_every=100, checkpoint_every=500),
             eval_budget=64,
             description=f"2 layers, d_model 64, 4 heads; {CPU_LENGTH}-token sequences, batch 32, trained to fit "
             "(validation exact match 0.99) within 2000 steps; tested at 1x-16x (needles at 5 depths), 64 sequences "
             "per split at the training length and the same tokens beyond it",
         ),
-        "tiny": Preset(
+        "tiny": smoke_preset(
             task_args=TINY_TASK_ARGS[task],
-            model=dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0),
-            options={"cope": {"max_pos": 32}},
-            train=dict(
-                length=32,
-                steps=10,
-                batch_size=8,
-                warmup_steps=2,
-                eval_every=5,
-                eval_sequences=16,
-                checkpoint_every=10,
-                fit_accuracy=FIT_ACCURACY,
-            ),
-            lr=3e-3,
-            lr_reason=SMOKE,
+            length=32,
             eval_budget=8,
             description="smoke test (1 layer, d_model 16, 32-token sequences, 10 steps)",
         ),

@@ -6,40 +6,14 @@ shifted densities (``docs/suite_tasks.md``, ``docs/hierarchy.md``).
 
 from __future__ import annotations
 
-from ..fit import FIT_ACCURACY
-from ..preset import Preset
+from ..preset import SMALL_MODEL, Preset, fit_recipe, smoke_preset
 
 SUITE_TASKS = ("hierarchy", "mqar", "selective_copy", "majority")
 
-SMOKE = "a smoke test of the pipeline: its numbers are no evidence"
 # No validated learning rates: every question on these tasks sweeps a grid (results/majority, results/mqar, ...).
 # Small models at a short length: the whole suite (4 tasks x 9 methods, a 2-rate sweep on seed 0, then
 # seeds 1 and 2) fits in about 2 hours on 2 CPU cores because runs that fit stop early.
-CPU_MODEL = dict(d_model=64, n_layers=2, n_heads=4, block_style="prenorm", dropout=0.0)
-OPTIONS = {"cope": {"max_pos": 64}}  # CoPE's position table covers the training length
-CPU_TRAIN = dict(
-    length=64,
-    steps=1000,
-    batch_size=32,
-    warmup_steps=50,
-    weight_decay=0.01,
-    grad_clip=1.0,
-    eval_every=50,
-    eval_sequences=256,
-    checkpoint_every=1000,
-    fit_accuracy=FIT_ACCURACY,
-)
-TINY_MODEL = dict(d_model=16, n_layers=1, n_heads=2, block_style="prenorm", dropout=0.0)
-TINY_TRAIN = dict(
-    length=64,
-    steps=10,
-    batch_size=8,
-    warmup_steps=2,
-    eval_every=5,
-    eval_sequences=16,
-    checkpoint_every=10,
-    fit_accuracy=FIT_ACCURACY,
-)
+CPU_TRAIN = fit_recipe(64, 1000, eval_every=50, checkpoint_every=1000)
 
 # The tasks' parameters at the suite's length (their defaults need 128 tokens or more).
 TASK_ARGS = {
@@ -55,22 +29,15 @@ def task_presets(task: str) -> dict[str, Preset]:
     return {
         "cpu": Preset(
             task_args=args,
-            model=CPU_MODEL,
-            options=OPTIONS,
+            model=SMALL_MODEL,
+            options={"cope": {"max_pos": 64}},  # CoPE's position table covers the training length
             train=CPU_TRAIN,
             eval_budget=500,
             description="2 layers, d_model 64, 4 heads; 64-token sequences, batch 32, trained to fit "
             "(validation accuracy 0.99) within 1000 steps; under a minute per run on 2 CPU cores",
         ),
-        "tiny": Preset(
-            task_args=args,
-            model=TINY_MODEL,
-            options=OPTIONS,
-            train=TINY_TRAIN,
-            lr=3e-3,
-            lr_reason=SMOKE,
-            eval_budget=16,
-            description="smoke test (1 layer, d_model 16, 10 steps)",
+        "tiny": smoke_preset(
+            task_args=args, length=64, eval_budget=16, description="smoke test (1 layer, d_model 16, 10 steps)"
         ),
     }
 
