@@ -5,6 +5,7 @@ and the fallback to the chunked path when the kernels cannot be built."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
@@ -18,6 +19,7 @@ from tra_attn import threshold_relative_attention
 from tra_attn.ops.tra import KeepRule, TrainingAids, tra_naive
 from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.cpu_build import available
+from tra_attn.ops.tra.dispatch import cpu_decode_step
 from tra_attn.ops.tra.fused_cpu import tra_cpu
 from tra_attn.ops.tra.surrogate import tra_surrogate
 
@@ -142,6 +144,34 @@ def test_keys_and_values_are_read_in_place_from_a_longer_cache():
     buffer_k[:, :, :64], buffer_v[:, :, :64] = k, v
     cached = threshold_relative_attention(q, buffer_k[:, :, :64], buffer_v[:, :, :64], g, impl="cpu")
     assert_close(cached, threshold_relative_attention(q, k, v, g, impl="naive"), atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["cache-slice", "one-head", "one-row", "transposed", "bf16"])
+def test_a_decoding_step_reads_every_layout_of_keys_and_values(layout):
+    """The step reads the (S, D) blocks of each (b, h) in place where their rows are contiguous, with one stride
+    between blocks (a cache slice; one head, whose blocks are the batch rows), and copies any other layout."""
+    b, h = {"one-head": (3, 1), "one-row": (1, 1)}.get(layout, (2, 3))
+    q, k, v, g = tra_inputs(b, h, 1, 40, 8, requires_grad=False, seed=4)
+    if layout == "cache-slice":
+        k, v = (torch.cat([t, torch.zeros_like(t)], dim=2)[:, :, :40] for t in (k, v))
+    if layout == "transposed":  # (B, S, H, D) memory, as a projection's output before the heads are split
+        k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    dtype, atol = (torch.bfloat16, 2e-2) if layout == "bf16" else (torch.float64, 1e-12)
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    step = cpu_decode_step(q, k, v, g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2))
+    expected = tra_naive(q.double(), k.double(), v.double(), g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2))
+    assert step.dtype == dtype
+    assert_close(step.double(), expected, atol=atol, rtol=atol)
+
+
+def test_the_decoding_step_serves_only_decoding_steps_on_the_kernels():
+    q, k, v, g = tra_inputs(1, 2, 2, 30, 8, requires_grad=False, seed=5)
+    step = functools.partial(cpu_decode_step, scale=1.0, keep=KeepRule())
+    assert step(q[:, :, -1:], k, v, g[:, :, -1:]) is not None
+    assert step(q, k, v, g) is None  # two queries
+    assert step(q[:, :, -1:], k, v, g[:, :, -1:], impl="chunked") is None
+    assert cpu_decode_step(q[:, :, -1:], k, v, g[:, :, -1:], scale=1.0, keep=KeepRule(sliding_window=4)) is None
+    assert step(q[:, :, -1:].requires_grad_(), k, v, g[:, :, -1:]) is None  # a gradient to compute
 
 
 BAD = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf}

@@ -53,6 +53,7 @@ these options (``models/config.py``, version 8).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ from torch import nn
 
 from ..ops.masks import relative_distance
 from ..ops.tra import IMPLS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids, threshold_relative_attention
+from ..ops.tra.dispatch import cpu_decode_step
 from ..ops.tra.key_gate import tra_key_gate_naive
 from ..ops.varlen import segment_mask
 from .base import Attention
@@ -171,6 +173,12 @@ class TRAOptions(KindOptions):
         )
 
 
+@functools.lru_cache(maxsize=256)
+def keep_rule(threshold: float, local_window: int, sliding_window: int) -> KeepRule:
+    """A checked KeepRule, built once per rule (a layer asks for its rules in every forward)."""
+    return KeepRule(threshold, local_window, sliding_window)
+
+
 class TRAAttention(Attention):
     """The TRA layer (its options: TRAOptions): the query-position gate, the threshold and windows of its options,
     and the ablations as option values (``gate``, ``threshold = -inf``, ``distance``)."""
@@ -265,12 +273,13 @@ class TRAAttention(Attention):
         """The keep rules of (the dense heads, the thresholded heads) in this forward: every causal key (in the
         dense window, if any), and the current threshold with the local window."""
         o = self.options
-        return KeepRule(-math.inf, sliding_window=o.dense_window), KeepRule(self.current_threshold(), o.local_window)
+        return keep_rule(-math.inf, 0, o.dense_window), keep_rule(self.current_threshold(), o.local_window, 0)
 
     def by_heads(self, q, k, v, log_gate, segment_ids=None) -> torch.Tensor:
         """``op`` on every head, with no threshold on the first ``dense_heads`` of them. ``segment_ids`` (B, Sk):
         the keys' documents (-1: padding), for every head alike."""
-        n, documents = self.options.dense_heads, Documents(segment_ids)
+        n = self.options.dense_heads
+        documents = NO_DOCUMENTS if segment_ids is None else Documents(segment_ids)
         dense, thresholded = self.keep_rules()
         if not n:
             return self.op(q, k, v, log_gate, thresholded, documents)
@@ -290,6 +299,10 @@ class TRAAttention(Attention):
             aids = TrainingAids(logit_dropout=self.logit_dropout())
             scale = self.head_dim**-0.5
             return tra_key_gate_naive(q, k, v, log_gate, scale=scale, keep=keep, documents=documents, aids=aids)
+        if not (self.training or documents.packed):  # a CPU decoding step skips the op's checks (none can fail)
+            out = cpu_decode_step(q, k, v, log_gate, scale=self.head_dim**-0.5, keep=keep, impl=self.options.impl)
+            if out is not None:
+                return out
         # Only a packed or padded batch passes segment ids: any other call is the op's call as it always was.
         packed = {"segment_ids": documents.ids} if documents.packed else {}
         # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.

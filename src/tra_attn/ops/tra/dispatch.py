@@ -282,8 +282,24 @@ def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
 def cpu_checks_itself(q, k, v, log_gate, call: Call) -> bool:
     """Whether the fused CPU kernels apply the non-finite contract themselves: a decoding step of one query per
     row that sees every key (no documents, no sliding window), no training aid, no early exit, no gradient."""
-    plain = call.prune_tau is None and not call.aids.active and not call.keep.sliding_window
-    return plain and checks_itself(q, call.documents) and decodes(q, k, v, log_gate) and cpu_kernels_available()
+    plain = call.prune_tau is None and not call.aids.active and call.documents.ids is None
+    return plain and _cpu_decodes(q, k, v, log_gate, call.keep)
+
+
+def _cpu_decodes(q, k, v, log_gate, keep: KeepRule) -> bool:
+    """One query per row without gradients and without a sliding window, and the kernels are built."""
+    one_query = q.shape[2] == 1 and not keep.sliding_window
+    return one_query and decodes(q, k, v, log_gate) and cpu_kernels_available()
+
+
+def cpu_decode_step(q, k, v, log_gate, *, scale: float, keep: KeepRule, impl: str = "auto") -> torch.Tensor | None:
+    """The op's value for a decoding step that ``impl`` runs on the fused CPU kernels, without the op's checks, or
+    None for any other call. For a caller whose inputs are valid by construction and that passes no documents, no
+    training aid and no early exit (the TRA layer in evaluation): a decoding step is a few microseconds of work per
+    layer, and the checks cost more than that at short contexts."""
+    if impl not in ("auto", "cpu") or q.device.type != "cpu" or not _cpu_decodes(q, k, v, log_gate, keep):
+        return None
+    return tra_cpu_decode(q, k, v, log_gate, scale=scale, keep=keep)
 
 
 def _dispatch(q, k, v, log_gate, impl: str, call: Call):
