@@ -1,7 +1,7 @@
-"""Byte-level Austen at 1x-16x the training length: the paper's methods, TRA's recommended configuration and the
-newer rivals, 2 seeds."""
+"""Byte-level Austen at 1x-16x the training length: the paper's methods, TRA's recommended configuration, the rivals
+(as first run here, and as their authors run them) and the newest kinds, 2 seeds."""
 
-from tra_attn.experiments.methods import FIRST_RIVALS, PAPER, RECOMMENDED, as_first_run, randomized
+from tra_attn.experiments.methods import NEWEST, PAPER, RECOMMENDED, RIVALS, randomized, with_first_runs
 from tra_attn.experiments.spec import Question
 
 WIDE = (3e-4, 1e-3, 3e-3, 1e-2)  # the first sweep on text, for the paper's methods
@@ -13,9 +13,8 @@ spec = Question(
     methods=(
         *(method.with_lrs(WIDE) for method in PAPER),
         RECOMMENDED,
-        *FIRST_RIVALS,
-        as_first_run(randomized("rope", 2048)),
-        as_first_run(randomized("alibi", 2048)),
+        *with_first_runs((*RIVALS, randomized("rope", 2048), randomized("alibi", 2048))),
+        *NEWEST,
     ),
     seeds=(0, 1),
     lrs=(1e-3, 3e-3),

@@ -3,16 +3,26 @@ tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
-from ..methods import NO_THRESHOLD, Method, as_first_run
+from ..methods import NO_THRESHOLD, Method, as_first_run, randomized
 from ..preset import SMOKE, Preset
 
 # The cpu preset's validated rates: each the best on validation bits per byte in the sweep of results/text (the
-# kinds) or results/text_tra_variants (the TRA variants); tests/experiments/test_specs.py checks that they agree.
+# kinds, as this library first ran them and as their authors run them) or results/text_tra_variants (the TRA
+# variants); tests/experiments/test_specs.py checks that they agree.
 CPU_RATES = {
     **{as_first_run(Method(kind)): lr for kind, lr in {
         "tra": 1e-3, "nope": 1e-3, "rope": 3e-3, "alibi": 3e-3, "fox": 3e-3, "cope": 1e-3, "t5": 3e-3, "fire": 3e-3,
         "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 1e-3, "asentmax": 1e-3,
     }.items()},
+    **{Method(kind): lr for kind, lr in {
+        "t5": 3e-3, "fire": 3e-3, "kerple": 3e-3, "stickbreaking": 3e-3, "ssmax": 3e-3, "asentmax": 3e-3,
+        "softpick": 1e-3, "gated": 3e-3, "selective": 3e-3, "fox_pro": 3e-3, "path": 3e-3, "path_fox": 1e-3,
+        "wall": 3e-3,
+    }.items()},
+    randomized("rope", 2048): 3e-3,
+    randomized("alibi", 2048): 1e-3,
+    as_first_run(randomized("rope", 2048)): 3e-3,
+    as_first_run(randomized("alibi", 2048)): 1e-3,
     NO_THRESHOLD: 3e-3,
     Method("tra", options={"threshold": -0.5}): 3e-3,
     Method("tra", options={"threshold": -1.0}): 1e-3,
