@@ -5,6 +5,7 @@ recipe of docs/huggingface.md runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -19,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from tra_attn.cli import main  # noqa: E402
-from tra_attn.experiments.retrofit.plan import base_recipe, continue_recipe  # noqa: E402
+from tra_attn.experiments.retrofit.plan import base_recipe, chosen_rate, continue_recipe  # noqa: E402
 from tra_attn.experiments.retrofit.presets import PRESETS, retrofit_preset  # noqa: E402
 from tra_attn.experiments.retrofit.run import run_retrofit  # noqa: E402
 from tra_attn.experiments.retrofit.scaling import rope_scaled  # noqa: E402
@@ -81,7 +82,8 @@ def test_the_recipes_are_the_text_budget_and_a_fresh_schedule_for_the_continuati
     assert (base.steps, base.batch_size, base.length, base.warmup_steps) == (600, 32, 128, 50)
     assert (base.lr, base.min_lr_ratio, base.weight_decay, base.seed) == (3e-3, 0.1, 0.1, 3)
     assert cpu.rate("tra") == 1e-3 and [cpu.continue_steps(f) for f in (0.10, 0.25)] == [60, 150]
-    more = continue_recipe(cpu, 3, 60)
+    assert cpu.continue_lrs == (3e-4, 1e-3, 3e-3, 1e-2) and PRESETS["tiny"].continue_lrs == (1e-3, 3e-3)
+    more = continue_recipe(cpu, 3, 60, 1e-3)
     assert (more.steps, more.lr, more.warmup_steps, more.first_step, more.min_lr_ratio) == (60, 1e-3, 10, 600, 0.1)
     rates = [learning_rate(more, step) for step in range(60)]
     assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3) and max(rates) == rates[9]
@@ -118,9 +120,24 @@ def test_training_changes_the_weights_and_refuses_bad_recipes():
         Recipe(steps=1, lr=-1)
 
 
-def table_rows(page: str) -> dict[str, list[str]]:
-    tables = [[cell.strip() for cell in line.split("|")[1:-1]] for line in page.splitlines() if line.startswith("|")]
-    return {cells[0]: cells[1:] for cells in tables if cells[0] in ROWS}
+def table_rows(page: str, section: str = "## Bits per byte") -> dict[str, list[str]]:
+    """The rows of the table in ``section``, by their first cell."""
+    text = page.split(section, 1)[1].split("\n## ", 1)[0]
+    tables = [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("|")]
+    return {cells[0]: cells[1:] for cells in tables[2:]}
+
+
+def test_a_continuations_rate_is_chosen_on_validation_tokens_before_the_scored_ones():
+    """The lowest selection value wins, a tie goes to the smaller rate; the selection tokens are the as many before
+    the scored ones, and a text too short for both is refused."""
+    assert chosen_rate({3e-3: 2.0, 1e-3: 2.1}) == 3e-3 and chosen_rate({3e-3: 2.0, 1e-3: 2.0}) == 1e-3
+    tokens = np.arange(5000)
+    selection, scored = PRESETS["tiny"].split_validation(tokens)
+    assert list(scored) == list(range(5000 - 1024, 5000)) and list(selection) == list(range(5000 - 2048, 5000 - 1024))
+    with pytest.raises(ValueError, match=r"retrofit: 2047 validation tokens; expected at least 2 x 1024"):
+        PRESETS["tiny"].split_validation(tokens[:2047])
+    with pytest.raises(ValueError, match=r"continue_lrs = \(\); expected distinct positive rates"):
+        dataclasses.replace(PRESETS["tiny"], continue_lrs=())
 
 
 def test_the_tiny_preset_runs_end_to_end_and_a_rerun_skips_every_finished_stage(tmp_path, capsys):
@@ -132,16 +149,20 @@ def test_the_tiny_preset_runs_end_to_end_and_a_rerun_skips_every_finished_stage(
     assert re.search(r"^Machine: .+ CPU thread\(s\); torch .+, transformers 5\.", page, re.M)
     assert re.search(r"^Date: \d{4}-\d\d-\d\d, commit \S+", page, re.M) and "Seed: 1 (one seed" in page
     rows = table_rows(page)
-    assert list(rows) == ROWS and all(len(cells) == 8 for cells in rows.values())
-    assert all(math.isfinite(float(v)) for cells in rows.values() for v in cells[1:7])
-    assert rows["RoPE + YaRN"][1] == rows["RoPE"][1]  # at 1x the factor is 1: the base itself
+    assert list(rows) == ROWS and all(len(cells) == 9 for cells in rows.values())
+    assert all(math.isfinite(float(v)) for cells in rows.values() for v in cells[2:8])
+    assert rows["RoPE + YaRN"][2] == rows["RoPE"][2]  # at 1x the factor is 1: the base itself
+    sweep = table_rows(page, "## Continuation rates")
+    assert list(sweep) == ROWS[4:12] and all(len(cells) == 3 for cells in sweep.values())
+    for label, (low, high, chosen) in sweep.items():  # the row shows the rate its sweep chose
+        assert chosen == ("0.001" if float(low) <= float(high) else "0.003") and rows[label][1] == chosen
     stages = sorted(p for p in cache.iterdir() if p.is_dir())
-    assert len(stages) == 10 and all((p / STAGE_NAME).is_file() and (p / "model.safetensors").is_file() for p in stages)
+    assert len(stages) == 18 and all((p / STAGE_NAME).is_file() and (p / "model.safetensors").is_file() for p in stages)
     assert "wrote" in capsys.readouterr().out
 
     said = []
     again, reran = run_retrofit("tiny", out, cache, seed=1, command="tra " + " ".join(argv), say=said.append)
-    assert reran.computed == [] and len(reran.reused) == 10 + len(ROWS)
+    assert reran.computed == [] and len(reran.reused) == 16 + len(ROWS) + 10  # selections, evaluations, shown stages
     assert table_rows(again.read_text()) == rows
     assert sorted(p for p in cache.iterdir() if p.is_dir()) == stages
     assert all("trained already" in line for line in said)

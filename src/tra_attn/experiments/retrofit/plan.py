@@ -2,9 +2,10 @@
 trainings, TRA from scratch) and its rows (a stage, with a RoPE scaling at evaluation or without).
 
 - ``rope``: a fresh LlamaForCausalLM (RoPE), trained on the preset's text budget at the preset's rate for RoPE;
-- ``<kind>_<rope>_<steps>``: the base converted by ``add_attention(kind, rope=...)`` (default settings, fresh gates),
-  trained ``steps`` more (10% and 25% of the base's) on the batches after the base's, with a fresh warm-up to the
-  preset's ``continue_lr`` and a cosine to ``min_lr_ratio`` of it over the continuation's own steps;
+- ``<kind>_<rope>_<steps>_lr<rate>``: the base converted by ``add_attention(kind, rope=...)`` (default settings,
+  fresh gates), trained ``steps`` more (10% and 25% of the base's) on the batches after the base's, with a fresh
+  warm-up to a peak ``rate`` of the preset's ``continue_lrs`` and a cosine to ``min_lr_ratio`` of it over the
+  continuation's own steps; the page shows, for each conversion and length, the rate best on the selection tokens;
 - ``tra_scratch``: the same fresh Llama (same seed: the same initial weights) with ``add_tra(rope="remove")``, trained
   like the base at the preset's rate for TRA.
 """
@@ -41,6 +42,17 @@ class Row:
     scaling: str | None
     steps: int
     base_steps: int = 0
+    lr: float | None = None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A converted row before its rate is chosen: its page ``label``, the ``steps`` it trains after the base's, and its
+    stage at each rate of the preset's ``continue_lrs``."""
+
+    label: str
+    steps: int
+    stages: dict[float, Stage]
 
 
 def base_recipe(preset: RetrofitPreset, seed: int) -> Recipe:
@@ -53,10 +65,10 @@ def base_recipe(preset: RetrofitPreset, seed: int) -> Recipe:
     )  # fmt: skip
 
 
-def continue_recipe(preset: RetrofitPreset, seed: int, steps: int) -> Recipe:
-    """A continuation's recipe: ``steps`` from the base's last step on, warm-up and peak of its own."""
+def continue_recipe(preset: RetrofitPreset, seed: int, steps: int, lr: float) -> Recipe:
+    """A continuation's recipe: ``steps`` from the base's last step on, a warm-up of its own to the peak ``lr``."""
     base = base_recipe(preset, seed)
-    return replace(base, steps=steps, lr=preset.continue_lr, warmup_steps=preset.continue_warmup, first_step=base.steps)
+    return replace(base, steps=steps, lr=lr, warmup_steps=preset.continue_warmup, first_step=base.steps)
 
 
 def fresh_llama(sizes: dict, seed: int):
@@ -91,16 +103,17 @@ def stages(preset: RetrofitPreset, seed: int, tokens: np.ndarray, vocab_size: in
     for kind, rope, _ in CONVERSIONS:
         for fraction in CONTINUE_FRACTIONS:
             steps = preset.continue_steps(fraction)
-            more = continue_recipe(preset, seed, steps)
+            for lr in preset.continue_lrs:
+                more = continue_recipe(preset, seed, steps, lr)
 
-            def convert_and_train(kind=kind, rope=rope, more=more):
-                model = copy.deepcopy(cache.model(base))
-                torch.manual_seed(seed)  # the gates' initialisation
-                return _trained(add_attention(model, kind, rope=rope), tokens, more)
+                def convert_and_train(kind=kind, rope=rope, more=more):
+                    model = copy.deepcopy(cache.model(base))
+                    torch.manual_seed(seed)  # the gates' initialisation
+                    return _trained(add_attention(model, kind, rope=rope), tokens, more)
 
-            name = f"{kind}_{rope}_{steps}"
-            spec = {"version": VERSION, "base": base.id, "attention": {"kind": kind, "rope": rope}}
-            found[name] = Stage(name, {**spec, "recipe": more.as_dict()}, convert_and_train)
+                name = f"{kind}_{rope}_{steps}_lr{lr:g}"
+                spec = {"version": VERSION, "base": base.id, "attention": {"kind": kind, "rope": rope}}
+                found[name] = Stage(name, {**spec, "recipe": more.as_dict()}, convert_and_train)
     return found
 
 
@@ -108,17 +121,31 @@ def _trained(model, tokens: np.ndarray, recipe: Recipe):
     return model, train_causal_lm(model, tokens, recipe)
 
 
-def rows(preset: RetrofitPreset, found: dict) -> list[Row]:
-    """The page's rows, in its order: RoPE and its scalings, each conversion after 10% and 25% more, TRA from
-    scratch."""
-    steps = preset.train.steps
-    base = found["rope"]
-    listed = [Row("RoPE", base, None, steps)]
-    listed += [Row(f"RoPE + {label}", base, scaling, steps) for scaling, label in SCALINGS.items()]
+def continuations(preset: RetrofitPreset, found: dict) -> list[Continuation]:
+    """Each conversion after 10% and 25% more steps, with its stage at every rate, in the page's order."""
+    listed = []
     for kind, rope, label in CONVERSIONS:
         for fraction in CONTINUE_FRACTIONS:
-            more = preset.continue_steps(fraction)
-            stage = found[f"{kind}_{rope}_{more}"]
-            listed.append(Row(f"{label}, +{round(100 * fraction)}%", stage, None, more, steps))
-    listed.append(Row("TRA from scratch", found["tra_scratch"], None, steps))
+            steps = preset.continue_steps(fraction)
+            stages_by_rate = {lr: found[f"{kind}_{rope}_{steps}_lr{lr:g}"] for lr in preset.continue_lrs}
+            listed.append(Continuation(f"{label}, +{round(100 * fraction)}%", steps, stages_by_rate))
+    return listed
+
+
+def chosen_rate(values: dict[float, float]) -> float:
+    """The rate of the lowest selection value ({rate: bits per byte}); a tie goes to the smaller rate."""
+    return min(values, key=lambda lr: (values[lr], lr))
+
+
+def rows(preset: RetrofitPreset, found: dict, chosen: dict[str, float]) -> list[Row]:
+    """The page's rows, in its order: RoPE and its scalings, each conversion after 10% and 25% more at its chosen
+    rate (``chosen``: by the continuation's label), TRA from scratch."""
+    steps = preset.train.steps
+    base = found["rope"]
+    listed = [Row("RoPE", base, None, steps, lr=preset.rate("rope"))]
+    listed += [Row(f"RoPE + {label}", base, scaling, steps) for scaling, label in SCALINGS.items()]
+    for more in continuations(preset, found):
+        lr = chosen[more.label]
+        listed.append(Row(more.label, more.stages[lr], None, more.steps, steps, lr))
+    listed.append(Row("TRA from scratch", found["tra_scratch"], None, steps, lr=preset.rate("tra")))
     return listed

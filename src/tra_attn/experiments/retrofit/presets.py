@@ -1,7 +1,8 @@
 """The retrofit experiment's budgets, each the budget of a language-model preset (``experiments/lm/presets.py``) on
 transformers' Llama: ``cpu`` (byte-level Austen: five novels to train, Persuasion to validate; 4 layers, d_model 128,
 4 heads; 600 steps of 32 x 128 tokens; AdamW, weight decay 0.1, warm-up 50, cosine to 0.1 of the peak; evaluated on
-the last 65,536 Persuasion bytes at 1x-16x) and ``tiny`` (a smoke test: seconds, numbers without meaning).
+the last 65,536 Persuasion bytes at 1x-16x, each continuation's rate chosen on the 65,536 before them) and ``tiny``
+(a smoke test: seconds, numbers without meaning).
 
 The Llama matches the library's model of that preset in width, depth, heads and MLP (SwiGLU of twice the width,
 untied embeddings); the base RoPE model and TRA from scratch train at the preset's validated rates of the library's
@@ -25,13 +26,18 @@ FACTORS = (1, 2, 4, 8, 16)  # evaluation lengths, in training lengths
 @dataclass(frozen=True)
 class RetrofitPreset:
     """A text budget for the experiment: the lm preset it takes its data, sizes and recipe from, the rates it
-    trains at, and the continuation's schedule (peak ``continue_lr`` after ``continue_warmup`` steps)."""
+    trains at, and the continuation's schedule (a peak from ``continue_lrs``, chosen for each conversion and length on
+    validation data, after ``continue_warmup`` steps)."""
 
     text_preset: str
-    continue_lr: float
+    continue_lrs: tuple[float, ...]
     continue_warmup: int
-    continue_reason: str
     description: str
+
+    def __post_init__(self):
+        rates = tuple(self.continue_lrs)
+        if not rates or len(set(rates)) != len(rates) or not all(isinstance(r, float) and r > 0 for r in rates):
+            raise ValueError(f"RetrofitPreset.continue_lrs = {self.continue_lrs!r}; expected distinct positive rates")
 
     @property
     def text(self):
@@ -49,9 +55,20 @@ class RetrofitPreset:
         return dict(self.text.task_args)
 
     @property
-    def eval_tokens(self) -> int | None:
-        """The last tokens of the validation text scored at every length (None: all of it)."""
+    def eval_tokens(self) -> int:
+        """The last tokens of the validation text scored at every length."""
         return self.text.eval_budget
+
+    def split_validation(self, tokens):
+        """(selection, scored): the validation text's last ``eval_tokens`` are scored at every length; the as many
+        before them choose the continuations' rates, so no rate is chosen on the tokens the page reports."""
+        span = self.eval_tokens
+        if len(tokens) < 2 * span:
+            raise ValueError(
+                f"retrofit: {len(tokens)} validation tokens; expected at least 2 x {span} (selection, "
+                "then the scored tokens)"
+            )
+        return tokens[-2 * span : -span], tokens[-span:]
 
     def rate(self, kind: str) -> float:
         """The lm preset's validated learning rate of the library's attention ``kind`` ('rope', 'tra')."""
@@ -79,19 +96,15 @@ class RetrofitPreset:
 PRESETS = {
     "cpu": RetrofitPreset(
         text_preset="cpu",
-        continue_lr=1e-3,
+        continue_lrs=(3e-4, 1e-3, 3e-3, 1e-2),  # a tenth of the base's peak (3e-3) to three times it
         continue_warmup=10,
-        continue_reason="one peak for every converted kind: the lower of the preset's validated rates (TRA's; RoPE, "
-        "FoX and ALiBi train from scratch at 3e-3), a third of the base's peak and ten times the rate the base "
-        "ended at, as continued pre-training usually re-warms to a fraction of the original peak",
         description="the cpu text budget on Llama: byte-level Austen; 4 layers, d_model 128, 4 heads; 600 steps of "
         "32 x 128 tokens; evaluated on the last 65,536 Persuasion bytes at 1x-16x",
     ),
     "tiny": RetrofitPreset(
         text_preset="tiny",
-        continue_lr=3e-3,
+        continue_lrs=(1e-3, 3e-3),
         continue_warmup=1,
-        continue_reason="the tiny preset's one rate (a smoke test)",
         description="smoke test (1 layer, d_model 16, 16-byte windows, 6 steps; continuations of 1 and 2 steps): "
         "seconds, numbers without meaning",
     ),

@@ -11,7 +11,7 @@ import torch
 
 from ...utils.atomic import atomic_write, atomic_write_text
 from ...utils.provenance import cpu_name, git_commit
-from .plan import Row, base_recipe, continue_recipe
+from .plan import Row, base_recipe, chosen_rate, continue_recipe
 from .presets import CONTINUE_FRACTIONS, FACTORS, RetrofitPreset
 
 TITLE = "Retrofitting: does a short uptraining give a RoPE model TRA's extrapolation?"
@@ -36,9 +36,10 @@ def setup_lines(preset: RetrofitPreset, seed: int) -> list[str]:
     """What every row is, from the preset's own values."""
     base, sizes = base_recipe(preset, seed), preset.llama_sizes(256)
     steps = [preset.continue_steps(f) for f in CONTINUE_FRACTIONS]
-    more = continue_recipe(preset, seed, steps[0])
+    more = continue_recipe(preset, seed, steps[0], preset.continue_lrs[0])
+    rates = ", ".join(f"{lr:g}" for lr in preset.continue_lrs)
     shares = " and ".join(f"{round(100 * f)}%" for f in CONTINUE_FRACTIONS)
-    scored = f"the last {preset.eval_tokens:,} tokens" if preset.eval_tokens else "all"
+    scored = f"the last {preset.eval_tokens:,} tokens"
     layers, heads = counted(sizes["num_hidden_layers"], "layer"), counted(sizes["num_attention_heads"], "head")
     warmup, rewarm = counted(base.warmup_steps, "warm-up step"), counted(more.warmup_steps, "step")
     return [
@@ -55,8 +56,10 @@ def setup_lines(preset: RetrofitPreset, seed: int) -> list[str]:
         f"- **TRA, FoX, ALiBi, +{shares}**: the base converted by `tra_attn.hf.add_attention` (TRA with RoPE kept and "
         "removed; FoX and ALiBi with RoPE removed; default settings, fresh gates), then trained "
         f"{' and '.join(map(str, steps))} steps more ({shares} of the base's budget) on the batches after the "
-        f"base's: a fresh warm-up of {rewarm} to {more.lr:g}, cosine to {more.min_lr_ratio:g} of it over the "
-        f"continuation's own steps; the peak is {preset.continue_reason}.",
+        f"base's: a fresh warm-up of {rewarm} to a peak, cosine to {more.min_lr_ratio:g} of it over the "
+        f"continuation's own steps. The peak is chosen for each conversion and length from {rates} on validation "
+        f"bits per byte at the training length over the {preset.eval_tokens:,} Persuasion tokens before the scored "
+        "ones (the table below the plot); a tie goes to the smaller rate.",
         "- **TRA from scratch**: the base's fresh Llama (the same initial weights and batches) with "
         f'`add_tra(rope="remove")`, trained like the base at {preset.rate("tra"):g} (the text preset\'s rate for '
         "TRA).",
@@ -67,19 +70,32 @@ def setup_lines(preset: RetrofitPreset, seed: int) -> list[str]:
 
 
 def table_lines(rows: list[Row], values: dict, infos: dict, length: int) -> list[str]:
-    header = ["model", "training steps", *(f"{f}x ({f * length})" for f in FACTORS), f"{FACTORS[-1]}x / 1x"]
-    header.append("train minutes")
+    header = ["model", "training steps", "peak lr", *(f"{f}x ({f * length})" for f in FACTORS)]
+    header += [f"{FACTORS[-1]}x / 1x", "train minutes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         bpb = values[row.label]
         steps = f"{row.base_steps} + {row.steps}" if row.base_steps else str(row.steps)
         minutes = "" if row.scaling else f"{infos[row.label]['train_seconds'] / 60:.1f}"
-        cells = [row.label, steps, *(f"{bpb[f]:.3f}" for f in FACTORS), f"{bpb[FACTORS[-1]] / bpb[1]:.3f}", minutes]
+        lr = "" if row.lr is None else f"{row.lr:g}"
+        ratio = f"{bpb[FACTORS[-1]] / bpb[1]:.3f}"
+        cells = [row.label, steps, lr, *(f"{bpb[f]:.3f}" for f in FACTORS), ratio, minutes]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def page_text(preset_name: str, preset, seed: int, rows, values, infos, command: str) -> str:
+def sweep_lines(sweep: dict[str, dict[float, float]]) -> list[str]:
+    """The continuations' rates: selection bits per byte at each, and the one chosen."""
+    rates = sorted({lr for values in sweep.values() for lr in values})
+    header = ["continuation", *(f"lr {lr:g}" for lr in rates), "chosen"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label, values in sweep.items():
+        cells = [f"{values[lr]:.3f}" if lr in values else "n/a" for lr in rates]
+        lines.append("| " + " | ".join([label, *cells, f"{chosen_rate(values):g}"]) + " |")
+    return lines
+
+
+def page_text(preset_name: str, preset, seed: int, rows, values, infos, sweep, command: str) -> str:
     length = preset.train.length
     lines = [
         f"# {TITLE}",
@@ -101,6 +117,13 @@ def page_text(preset_name: str, preset, seed: int, rows, values, infos, command:
         "longer context. Train minutes: the stage's own training (the scaled rows are the base, untrained).",
         "",
         f"![bits per byte against evaluation length]({PLOT_NAME})",
+        "",
+        "## Continuation rates",
+        "",
+        f"Validation bits per byte at the training length on the {preset.eval_tokens:,} Persuasion tokens before the "
+        "scored ones, after each continuation at each peak rate; the rows above use the chosen one.",
+        "",
+        *sweep_lines(sweep),
         "",
         "Every trained model is a safetensors checkpoint in the cache (`--cache`); a rerun reuses finished stages and "
         "evaluations.",

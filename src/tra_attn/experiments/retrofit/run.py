@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ...data import make_task
 from ...utils.atomic import make_directory
-from .evaluation import row_values
+from .evaluation import row_values, selection_value
+from .plan import chosen_rate, continuations, stages
 from .plan import rows as page_rows
-from .plan import stages
 from .presets import retrofit_preset
 from .report import page_text, write_page
 from .stages import StageCache, default_cache
@@ -34,13 +34,19 @@ def run_retrofit(
     out = make_directory(Path(out), "--out")
     stage_cache = StageCache(cache if cache is not None else default_cache(), say)
     validation = task.tokens("validation")
-    span = settings.eval_tokens
-    scored = validation if span is None else validation[-span:]
+    selection, scored = settings.split_validation(validation)
+    span, length = settings.eval_tokens, settings.train.length
     what = {"data": settings.task_args, "last_tokens": span, "tokenized": len(validation)}
+    before = {**what, "before_last": span}
     found = stages(settings, seed, task.tokens("train"), task.vocab_size, stage_cache)
-    listed = page_rows(settings, found)
-    length = settings.train.length
+    sweep = {
+        more.label: {lr: selection_value(stage, stage_cache, selection, task.token_bytes(), length, before)
+                     for lr, stage in more.stages.items()}
+        for more in continuations(settings, found)
+    }  # fmt: skip
+    listed = page_rows(settings, found, {label: chosen_rate(values) for label, values in sweep.items()})
     values = {r.label: row_values(r, stage_cache, scored, task.token_bytes(), length, what) for r in listed}
     infos = {r.label: stage_cache.info(r.stage) for r in listed}
-    text = page_text(preset, settings, seed, listed, values, infos, command or f"tra retrofit --preset {preset}")
+    command = command or f"tra retrofit --preset {preset}"
+    text = page_text(preset, settings, seed, listed, values, infos, sweep, command)
     return write_page(out, text, listed, values, length), stage_cache

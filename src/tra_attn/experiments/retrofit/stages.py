@@ -9,6 +9,7 @@ A stage killed mid-training leaves nothing behind and is trained again by the ne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -56,9 +57,24 @@ def load_model(folder: Path):
     from ...hf import load_attention
     from ...hf.attention import converted_kind
 
-    if converted_kind(AutoConfig.from_pretrained(folder)) is not None:
-        return load_attention(folder)
-    return AutoModelForCausalLM.from_pretrained(folder).eval()
+    with no_progress_bars():  # transformers' bar over the loaded tensors
+        if converted_kind(AutoConfig.from_pretrained(folder)) is not None:
+            return load_attention(folder)
+        return AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers' progress bars off inside, as they were after."""
+    from transformers.utils import logging
+
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            logging.enable_progress_bar()
 
 
 class StageCache:
@@ -98,18 +114,11 @@ class StageCache:
             self.say(f"retrofit: {stage.name}: trained already ({self.folder / stage.id})")
 
     def _train(self, stage: Stage, folder: Path) -> nn.Module:
-        from transformers.utils import logging
-
         self.say(f"retrofit: {stage.name}: training")
         model, info = stage.train()
         record = {"name": stage.name, "spec": stage.spec, **info}
-        bars = logging.is_progress_bar_enabled()
-        logging.disable_progress_bar()  # save_pretrained's bar of one shard
-        try:
+        with no_progress_bars():  # save_pretrained's bar of one shard
             atomic_directory(folder, lambda tmp: _write(model, tmp, record), keep_others=False)
-        finally:
-            if bars:
-                logging.enable_progress_bar()
         self.computed.append(stage.id)
         self.say(f"retrofit: {stage.name}: trained in {info['train_seconds'] / 60:.1f} min, saved in {folder}")
         return model
