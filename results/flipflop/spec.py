@@ -1,15 +1,19 @@
-"""Flip-flop, every attention kind, the TRA ablations, TRA's recommended configuration and randomized positions."""
+"""Flip-flop, every attention kind, the TRA ablations, TRA's recommended configuration, the rivals (as first run here,
+and as their authors run them), randomized positions and the newest kinds."""
 
 from tra_attn.experiments.methods import (
     ABLATIONS,
-    FIRST_RIVALS,
+    NEWEST,
     PAPER,
     RECOMMENDED,
     RECOMMENDED_SPREAD,
-    as_first_run,
+    RIVALS,
     randomized,
+    with_first_runs,
 )
 from tra_attn.experiments.spec import Question
+
+RANDOMIZED = tuple(randomized(kind, 1024, at_eval) for at_eval in (False, True) for kind in ("rope", "alibi"))
 
 spec = Question(
     title="Flip-flop: which attention kinds stay exact at 8x the training length and at other densities?",
@@ -18,13 +22,10 @@ spec = Question(
         *PAPER[:1],
         *ABLATIONS,
         *PAPER[1:],
-        *FIRST_RIVALS,
+        *with_first_runs((*RIVALS, *RANDOMIZED)),
         RECOMMENDED,
         RECOMMENDED_SPREAD,
-        as_first_run(randomized("rope", 1024)),
-        as_first_run(randomized("alibi", 1024)),
-        as_first_run(randomized("rope", 1024, at_eval=True)),
-        as_first_run(randomized("alibi", 1024, at_eval=True)),
+        *NEWEST,
     ),
     seeds=(0, 1, 2),
     lrs=(1e-3, 3e-3),

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from ..fit import FIT_ACCURACY
-from ..methods import GATE_AT_KEY, NO_DISTANCE, NO_THRESHOLD, Method, as_first_run
+from ..methods import (
+    GATE_AT_KEY,
+    NO_DISTANCE,
+    NO_THRESHOLD,
+    RECOMMENDED,
+    RECOMMENDED_SPREAD,
+    Method,
+    as_first_run,
+    randomized,
+)
 from ..preset import SMOKE, Preset
 
 TASK_ARGS = {"p_ignore": 0.8, "final_read": True}  # train on FFL(0.8); every sequence ends with a read
 
-# The cpu preset's validated rates (results/flipflop): the rivals' as this library first ran them (as_first_run);
-# a rival as its authors run it has none yet, and is refused by name until a question selects one.
+# The cpu preset's validated rates (results/flipflop): every method of that page, the rivals both as this library
+# first ran them (as_first_run) and as their authors run them.
 CPU_RATES = {
     **{GATE_AT_KEY: 1e-3, NO_THRESHOLD: 1e-3, NO_DISTANCE: 1e-3},
     **{as_first_run(Method(kind)): lr for kind, lr in {
@@ -26,6 +35,18 @@ CPU_RATES = {
         "ssmax": 1e-3,
         "asentmax": 1e-3,
     }.items()},
+    **{Method(kind): lr for kind, lr in {
+        "t5": 3e-3, "kerple": 1e-3, "stickbreaking": 1e-3, "ssmax": 1e-3, "asentmax": 1e-3, "softpick": 1e-3,
+        "gated": 1e-3, "selective": 1e-3, "fox_pro": 1e-3, "path": 1e-3, "path_fox": 1e-3, "wall": 1e-3,
+    }.items()},
+    RECOMMENDED: 1e-3,
+    RECOMMENDED_SPREAD: 1e-3,
+    as_first_run(randomized("rope", 1024)): 3e-3,
+    as_first_run(randomized("alibi", 1024)): 3e-3,
+    randomized("rope", 1024): 1e-3,
+    randomized("alibi", 1024): 1e-3,
+    **{method: 1e-3 for kind in ("rope", "alibi")
+       for method in (as_first_run(randomized(kind, 1024, True)), randomized(kind, 1024, True))},
 }  # fmt: skip
 
 PRESETS = {
