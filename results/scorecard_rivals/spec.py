@@ -1,14 +1,7 @@
-"""Issue 31: every method against the authors' TRA, on every bar of every task."""
+"""Issues 31 and 43: every method (the rivals as their authors run them, the newest kinds) against the authors' TRA,
+on every bar of every task."""
 
-from tra_attn.experiments.methods import (
-    FIRST_RIVALS,
-    RECOMMENDED,
-    RECOMMENDED_SPREAD,
-    Method,
-    as_first_run,
-    kinds,
-    randomized,
-)
+from tra_attn.experiments.methods import NEWEST, RECOMMENDED, RECOMMENDED_SPREAD, RIVALS, Method, kinds, randomized
 from tra_attn.experiments.spec import Bar, Scorecard
 
 spec = Scorecard(
@@ -19,11 +12,12 @@ spec = Scorecard(
         RECOMMENDED,
         RECOMMENDED_SPREAD,
         *kinds("fox", "alibi", "rope"),
-        *FIRST_RIVALS,
-        as_first_run(randomized("rope", 1)).label,
-        as_first_run(randomized("alibi", 1)).label,
-        as_first_run(randomized("rope", 1, at_eval=True)).label,
-        as_first_run(randomized("alibi", 1, at_eval=True)).label,
+        *RIVALS,
+        randomized("rope", 1).label,
+        randomized("alibi", 1).label,
+        randomized("rope", 1, at_eval=True).label,
+        randomized("alibi", 1, at_eval=True).label,
+        *NEWEST,
     ),
     bars=(
         Bar("text", "text"),
