@@ -174,9 +174,16 @@ class TRAOptions(KindOptions):
 
 
 @functools.lru_cache(maxsize=256)
-def keep_rule(threshold: float, local_window: int, sliding_window: int) -> KeepRule:
-    """A checked KeepRule, built once per rule (a layer asks for its rules in every forward)."""
+def _cached_keep_rule(threshold: float, local_window: int, sliding_window: int) -> KeepRule:
     return KeepRule(threshold, local_window, sliding_window)
+
+
+def keep_rule(threshold: float, local_window: int, sliding_window: int) -> KeepRule:
+    """A checked KeepRule, built once per rule in eager mode (a layer asks for its rules in every forward, and
+    decoding calls it per token); under torch.compile built directly, as dynamo traces through a cache anyway."""
+    if torch.compiler.is_compiling():
+        return KeepRule(threshold, local_window, sliding_window)
+    return _cached_keep_rule(threshold, local_window, sliding_window)
 
 
 class TRAAttention(Attention):
