@@ -33,6 +33,8 @@ from tra_attn.training.optim import learning_rate  # noqa: E402
 L = 16
 ROWS = [
     "RoPE", "RoPE + linear", "RoPE + dynamic NTK", "RoPE + YaRN", "TRA, RoPE kept, +10%", "TRA, RoPE kept, +25%",
+    "TRA (local_window=4, keep_surrogate=1), RoPE kept, +10%",
+    "TRA (local_window=4, keep_surrogate=1), RoPE kept, +25%",
     "TRA, RoPE removed, +10%", "TRA, RoPE removed, +25%", "FoX, +10%", "FoX, +25%", "ALiBi, +10%", "ALiBi, +25%",
     "TRA from scratch",
 ]  # fmt: skip
@@ -153,16 +155,16 @@ def test_the_tiny_preset_runs_end_to_end_and_a_rerun_skips_every_finished_stage(
     assert all(math.isfinite(float(v)) for cells in rows.values() for v in cells[2:8])
     assert rows["RoPE + YaRN"][2] == rows["RoPE"][2]  # at 1x the factor is 1: the base itself
     sweep = table_rows(page, "## Continuation rates")
-    assert list(sweep) == ROWS[4:12] and all(len(cells) == 3 for cells in sweep.values())
+    assert list(sweep) == ROWS[4:14] and all(len(cells) == 3 for cells in sweep.values())
     for label, (low, high, chosen) in sweep.items():  # the row shows the rate its sweep chose
         assert chosen == ("0.001" if float(low) <= float(high) else "0.003") and rows[label][1] == chosen
     stages = sorted(p for p in cache.iterdir() if p.is_dir())
-    assert len(stages) == 18 and all((p / STAGE_NAME).is_file() and (p / "model.safetensors").is_file() for p in stages)
+    assert len(stages) == 22 and all((p / STAGE_NAME).is_file() and (p / "model.safetensors").is_file() for p in stages)
     assert "wrote" in capsys.readouterr().out
 
     said = []
     again, reran = run_retrofit("tiny", out, cache, seed=1, command="tra " + " ".join(argv), say=said.append)
-    assert reran.computed == [] and len(reran.reused) == 16 + len(ROWS) + 10  # selections, evaluations, shown stages
+    assert reran.computed == [] and len(reran.reused) == 20 + len(ROWS) + 12  # selections, evaluations, shown stages
     assert table_rows(again.read_text()) == rows
     assert sorted(p for p in cache.iterdir() if p.is_dir()) == stages
     assert all("trained already" in line for line in said)

@@ -2,10 +2,11 @@
 trainings, TRA from scratch) and its rows (a stage, with a RoPE scaling at evaluation or without).
 
 - ``rope``: a fresh LlamaForCausalLM (RoPE), trained on the preset's text budget at the preset's rate for RoPE;
-- ``<kind>_<rope>_<steps>_lr<rate>``: the base converted by ``add_attention(kind, rope=...)`` (default settings,
-  fresh gates), trained ``steps`` more (10% and 25% of the base's) on the batches after the base's, with a fresh
-  warm-up to a peak ``rate`` of the preset's ``continue_lrs`` and a cosine to ``min_lr_ratio`` of it over the
-  continuation's own steps; the page shows, for each conversion and length, the rate best on the selection tokens;
+- ``<kind>_<rope>[_<settings>]_<steps>_lr<rate>``: the base converted by ``add_attention(kind, rope=..., **settings)``
+  (default settings, and TRA's recommended configuration with RoPE kept; fresh gates), trained ``steps`` more (10% and
+  25% of the base's) on the batches after the base's, with a fresh warm-up to a peak ``rate`` of the preset's
+  ``continue_lrs`` and a cosine to ``min_lr_ratio`` of it over the continuation's own steps; the page shows, for each
+  conversion and length, the rate best on the selection tokens;
 - ``tra_scratch``: the same fresh Llama (same seed: the same initial weights) with ``add_tra(rope="remove")``, trained
   like the base at the preset's rate for TRA.
 """
@@ -24,12 +25,19 @@ from .stages import Stage, StageCache
 from .training import Recipe, train_causal_lm
 
 VERSION = 1  # of what a stage's spec means: raise it when the code changes what a stage trains
-CONVERSIONS = (  # (kind, rope, label): the converted rows, in the page's order
-    ("tra", "keep", "TRA, RoPE kept"),
-    ("tra", "remove", "TRA, RoPE removed"),
-    ("fox", "remove", "FoX"),
-    ("alibi", "remove", "ALiBi"),
+RECOMMENDED = {"local_window": 4, "keep_surrogate": 1.0}  # TRA's configuration for new models (docs/invariance.md)
+CONVERSIONS = (  # (kind, rope, settings, label): the converted rows, in the page's order
+    ("tra", "keep", {}, "TRA, RoPE kept"),
+    ("tra", "keep", RECOMMENDED, "TRA (local_window=4, keep_surrogate=1), RoPE kept"),
+    ("tra", "remove", {}, "TRA, RoPE removed"),
+    ("fox", "remove", {}, "FoX"),
+    ("alibi", "remove", {}, "ALiBi"),
 )
+
+
+def conversion_name(kind: str, rope: str, settings: dict) -> str:
+    """A conversion's part of its stages' names: 'tra_keep', 'tra_keep_local_window4_keep_surrogate1', ..."""
+    return "_".join([kind, rope, *(f"{key}{value:g}" for key, value in settings.items())])
 
 
 @dataclass(frozen=True)
@@ -100,19 +108,20 @@ def stages(preset: RetrofitPreset, seed: int, tokens: np.ndarray, vocab_size: in
         lambda: _trained(add_tra(fresh_llama(sizes, seed), rope="remove"), tokens, scratch),
     )
     base = found["rope"]
-    for kind, rope, _ in CONVERSIONS:
+    for kind, rope, settings, _ in CONVERSIONS:
+        attention = {"kind": kind, "rope": rope, **settings}
         for fraction in CONTINUE_FRACTIONS:
             steps = preset.continue_steps(fraction)
             for lr in preset.continue_lrs:
                 more = continue_recipe(preset, seed, steps, lr)
 
-                def convert_and_train(kind=kind, rope=rope, more=more):
+                def convert_and_train(attention=attention, more=more):
                     model = copy.deepcopy(cache.model(base))
                     torch.manual_seed(seed)  # the gates' initialisation
-                    return _trained(add_attention(model, kind, rope=rope), tokens, more)
+                    return _trained(add_attention(model, **attention), tokens, more)
 
-                name = f"{kind}_{rope}_{steps}_lr{lr:g}"
-                spec = {"version": VERSION, "base": base.id, "attention": {"kind": kind, "rope": rope}}
+                name = f"{conversion_name(kind, rope, settings)}_{steps}_lr{lr:g}"
+                spec = {"version": VERSION, "base": base.id, "attention": attention}
                 found[name] = Stage(name, {**spec, "recipe": more.as_dict()}, convert_and_train)
     return found
 
@@ -124,10 +133,11 @@ def _trained(model, tokens: np.ndarray, recipe: Recipe):
 def continuations(preset: RetrofitPreset, found: dict) -> list[Continuation]:
     """Each conversion after 10% and 25% more steps, with its stage at every rate, in the page's order."""
     listed = []
-    for kind, rope, label in CONVERSIONS:
+    for kind, rope, settings, label in CONVERSIONS:
         for fraction in CONTINUE_FRACTIONS:
             steps = preset.continue_steps(fraction)
-            stages_by_rate = {lr: found[f"{kind}_{rope}_{steps}_lr{lr:g}"] for lr in preset.continue_lrs}
+            name = conversion_name(kind, rope, settings)
+            stages_by_rate = {lr: found[f"{name}_{steps}_lr{lr:g}"] for lr in preset.continue_lrs}
             listed.append(Continuation(f"{label}, +{round(100 * fraction)}%", steps, stages_by_rate))
     return listed
 

@@ -54,7 +54,8 @@ def setup_lines(preset: RetrofitPreset, seed: int) -> list[str]:
         '(`config.rope_parameters = {"rope_type": ..., "factor": f}`), no training, at f = evaluation length / '
         "training length (the factor that targets that length: at 1x each is the base).",
         f"- **TRA, FoX, ALiBi, +{shares}**: the base converted by `tra_attn.hf.add_attention` (TRA with RoPE kept and "
-        "removed; FoX and ALiBi with RoPE removed; default settings, fresh gates), then trained "
+        "removed, and TRA's recommended configuration, `local_window=4, keep_surrogate=1.0`, with RoPE kept; FoX and "
+        "ALiBi with RoPE removed; otherwise default settings, fresh gates), then trained "
         f"{' and '.join(map(str, steps))} steps more ({shares} of the base's budget) on the batches after the "
         f"base's: a fresh warm-up of {rewarm} to a peak, cosine to {more.min_lr_ratio:g} of it over the "
         f"continuation's own steps. The peak is chosen for each conversion and length from {rates} on validation "
@@ -133,7 +134,8 @@ def page_text(preset_name: str, preset, seed: int, rows, values, infos, sweep, c
 
 COLOURS = {  # by the label's start, the first that matches
     "RoPE + linear": "#9467bd", "RoPE + dynamic NTK": "#8c564b", "RoPE + YaRN": "#e377c2", "RoPE": "#7f7f7f",
-    "TRA, RoPE kept": "#ff7f0e", "TRA, RoPE removed": "#d62728", "FoX": "#1f77b4", "ALiBi": "#2ca02c",
+    "TRA, RoPE kept": "#ff7f0e", "TRA (local_window=4, keep_surrogate=1), RoPE kept": "#bcbd22",
+    "TRA, RoPE removed": "#d62728", "FoX": "#1f77b4", "ALiBi": "#2ca02c",
     "TRA from scratch": "#000000",
 }  # fmt: skip
 
