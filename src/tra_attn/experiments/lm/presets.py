@@ -3,7 +3,7 @@ tokens scored at every length; None: the whole text)."""
 
 from __future__ import annotations
 
-from ..methods import NO_THRESHOLD, Method, as_first_run, randomized
+from ..methods import NO_THRESHOLD, RECOMMENDED, Method, as_first_run, randomized
 from ..preset import SMOKE, Preset
 
 # The cpu preset's validated rates: each the best on validation bits per byte in the sweep of results/text (the
@@ -19,6 +19,7 @@ CPU_RATES = {
         "softpick": 1e-3, "gated": 3e-3, "selective": 3e-3, "fox_pro": 3e-3, "path": 3e-3, "path_fox": 1e-3,
         "wall": 3e-3,
     }.items()},
+    RECOMMENDED: 3e-3,
     randomized("rope", 2048): 3e-3,
     randomized("alibi", 2048): 1e-3,
     as_first_run(randomized("rope", 2048)): 3e-3,
