@@ -224,3 +224,11 @@ def against_the_rivals(positions: int) -> tuple[Method, ...]:
         Method("tra"), RECOMMENDED, RECOMMENDED_SPREAD, *kinds("fox", "alibi", "rope"), *RIVALS,
         randomized("rope", positions), randomized("alibi", positions),
     )  # fmt: skip
+
+
+def with_and_without_spread(positions: int) -> tuple[Method, ...]:
+    """The methods of a spread question: those of ``against_the_rivals(positions)`` and the newest kinds, each without
+    and with the spread of training lengths (``length_spread=0.75``), an aid given to every method, not to TRA alone
+    (so TRA's recommended configuration with the spread is its aid's row, not a method of its own)."""
+    without = tuple(method for method in against_the_rivals(positions) if not method.train)
+    return with_aid((*without, *NEWEST), length_spread=0.75)
