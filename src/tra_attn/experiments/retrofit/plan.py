@@ -19,25 +19,25 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ..methods import RECOMMENDED
 from .presets import CONTINUE_FRACTIONS, RetrofitPreset
 from .scaling import SCALINGS
 from .stages import Stage, StageCache
 from .training import Recipe, train_causal_lm
 
 VERSION = 1  # of what a stage's spec means: raise it when the code changes what a stage trains
-RECOMMENDED = {"local_window": 4, "keep_surrogate": 1.0}  # TRA's configuration for new models (docs/invariance.md)
 CONVERSIONS = (  # (kind, rope, settings, label): the converted rows, in the page's order
     ("tra", "keep", {}, "TRA, RoPE kept"),
-    ("tra", "keep", RECOMMENDED, "TRA (local_window=4, keep_surrogate=1), RoPE kept"),
+    ("tra", "keep", RECOMMENDED.options, f"{RECOMMENDED.label}, RoPE kept"),  # for new models (docs/invariance.md)
     ("tra", "remove", {}, "TRA, RoPE removed"),
     ("fox", "remove", {}, "FoX"),
     ("alibi", "remove", {}, "ALiBi"),
 )
 
 
-def conversion_name(kind: str, rope: str, settings: dict) -> str:
-    """A conversion's part of its stages' names: 'tra_keep', 'tra_keep_local_window4_keep_surrogate1', ..."""
-    return "_".join([kind, rope, *(f"{key}{value:g}" for key, value in settings.items())])
+def continuation_name(kind: str, rope: str, settings: dict, steps: int, lr: float) -> str:
+    """A continuation's stage name: 'tra_keep_60_lr0.001', 'tra_keep_local_window4_keep_surrogate1_60_lr0.001', ..."""
+    return "_".join([kind, rope, *(f"{key}{value:g}" for key, value in settings.items()), str(steps), f"lr{lr:g}"])
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def stages(preset: RetrofitPreset, seed: int, tokens: np.ndarray, vocab_size: in
                     torch.manual_seed(seed)  # the gates' initialisation
                     return _trained(add_attention(model, **attention), tokens, more)
 
-                name = f"{conversion_name(kind, rope, settings)}_{steps}_lr{lr:g}"
+                name = continuation_name(kind, rope, settings, steps, lr)
                 spec = {"version": VERSION, "base": base.id, "attention": attention}
                 found[name] = Stage(name, {**spec, "recipe": more.as_dict()}, convert_and_train)
     return found
@@ -136,9 +136,8 @@ def continuations(preset: RetrofitPreset, found: dict) -> list[Continuation]:
     for kind, rope, settings, label in CONVERSIONS:
         for fraction in CONTINUE_FRACTIONS:
             steps = preset.continue_steps(fraction)
-            name = conversion_name(kind, rope, settings)
-            stages_by_rate = {lr: found[f"{name}_{steps}_lr{lr:g}"] for lr in preset.continue_lrs}
-            listed.append(Continuation(f"{label}, +{round(100 * fraction)}%", steps, stages_by_rate))
+            by_rate = {lr: found[continuation_name(kind, rope, settings, steps, lr)] for lr in preset.continue_lrs}
+            listed.append(Continuation(f"{label}, +{round(100 * fraction)}%", steps, by_rate))
     return listed
 
 
