@@ -201,3 +201,13 @@ def test_run_ids_follow_the_config_not_the_label(question):
     one = run_config(FLIPFLOP, spec, Method("tra"), 1e-3, 0)
     two = run_config(FLIPFLOP, spec, Method("tra", label="renamed"), 1e-3, 0)
     assert run_id(one) == run_id(two) and json.dumps(one.to_dict()) == json.dumps(two.to_dict())
+
+
+def test_an_aid_given_to_every_method_keeps_a_given_label_so_ranges_read_as_one_row():
+    from tra_attn.experiments.methods import Method, randomized, with_aid
+
+    plain, aided = with_aid((Method("fox"),), length_spread=0.75)
+    assert (plain.label, aided.label, aided.train) == ("FoX", "FoX (length_spread=0.75)", {"length_spread": 0.75})
+    short, long = (with_aid((randomized("rope", n),), length_spread=0.75)[1] for n in (512, 1024))
+    assert short.label == long.label == "RoPE, randomized positions (length_spread=0.75)"
+    assert short.signature != long.signature and long.options == {"random_positions": 1024}

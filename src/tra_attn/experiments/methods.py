@@ -201,9 +201,17 @@ def with_first_runs(methods) -> tuple[Method, ...]:
 
 def with_aid(methods, **train) -> tuple[Method, ...]:
     """Each method, followed by itself with the training aid ``train`` (TrainConfig fields, e.g. ``length_spread``):
-    an aid that is not specific to one kind is a column of the comparison, given to every method."""
-    return tuple(m for method in methods for m in (method, dataclasses.replace(
-        method, train={**method.train, **train}, label="", color="")))  # fmt: skip
+    an aid that is not specific to one kind is a column of the comparison, given to every method. A label given to
+    the method (``RoPE, randomized positions``) is kept with the aid added, so scorecards read the aided rows of
+    questions whose ranges differ as one row."""
+
+    def aided(method: Method) -> Method:
+        given = method.label != method.derived_label()
+        added = ", ".join(f"{k}={shown(v)}" for k, v in train.items())
+        label = f"{method.label} ({added})" if given else ""
+        return dataclasses.replace(method, train={**method.train, **train}, label=label, color="")
+
+    return tuple(m for method in methods for m in (method, aided(method)))
 
 
 # The methods several questions share: the paper's comparison, the newer rivals (as their authors run them, and as
