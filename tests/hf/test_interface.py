@@ -1,5 +1,7 @@
 """TRA as an attention implementation of transformers' own classes (``tra_attn.hf.add_tra``), and TRA, FoX and ALiBi
-through the same mechanism (``add_attention``): Llama and Qwen3 on small random configs, the library's op on the
+through the same mechanism (``add_attention``): Llama, Qwen3 and ten more families on small random configs (every
+family of transformers' own classes this mechanism converts: full causal attention with q/k/v/o projections), the
+library's op on the
 model's own q, k and v in fp64, causal, decoding with Hugging Face's caches (and beam search) as the full forward
 does, padded rows as each row alone, RoPE kept or removed, save and load, and clear refusals of what cannot work."""
 
@@ -18,8 +20,6 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
 )
 
 from tra_attn.hf import add_attention, load_attention  # noqa: E402
@@ -30,14 +30,36 @@ from tra_attn.ops.tra import threshold_relative_attention  # noqa: E402
 
 SIZES = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0)  # fmt: skip
-CLASSES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None)  # their defaults lie outside the tiny vocabulary
+# Each family: its config and model classes (by name in transformers) and what its tiny config sets beyond SIZES.
+FAMILIES = {
+    "llama": ("Llama", {}),
+    "qwen3": ("Qwen3", {"head_dim": 8}),
+    "qwen3_moe": ("Qwen3Moe", {"head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}),
+    "qwen2": ("Qwen2", {}),
+    "mistral": ("Mistral", {"sliding_window": None}),
+    "gemma": ("Gemma", {"head_dim": 8}),
+    "olmo": ("Olmo", {}),
+    "olmo2": ("Olmo2", NO_SPECIAL_TOKENS),
+    "granite": ("Granite", {}),
+    "cohere": ("Cohere", NO_SPECIAL_TOKENS),
+    "glm": ("Glm", {}),
+    "smollm3": ("SmolLM3", NO_SPECIAL_TOKENS),
+    "starcoder2": ("Starcoder2", {"sliding_window": None, **NO_SPECIAL_TOKENS}),
+}
+FAMILY_NAMES = sorted(FAMILIES)
+
+
+def build(family: str):
+    """A small random model of ``family`` (seed 0)."""
+    torch.manual_seed(0)
+    prefix, extra = FAMILIES[family]
+    config_class, model_class = getattr(transformers, f"{prefix}Config"), getattr(transformers, f"{prefix}ForCausalLM")
+    return model_class(config_class(**SIZES, **extra))
 
 
 def tiny(family: str = "llama", **settings):
-    torch.manual_seed(0)
-    config_class, model_class = CLASSES[family]
-    extra = {"head_dim": 8} if family == "qwen3" else {}
-    model = add_tra(model_class(config_class(**SIZES, **extra)), **settings).eval()
+    model = add_tra(build(family), **settings).eval()
     with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
         model.lm_head.weight.mul_(20)
     return model
@@ -47,7 +69,7 @@ def ids(b=2, s=12, seed=1):
     return torch.randint(1, 50, (b, s), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", sorted(CLASSES))
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("rope", ["keep", "remove"])
 def test_a_model_with_tra_is_causal_and_decodes_with_its_caches_as_the_full_forward(family, rope):
     model, x = tiny(family, rope=rope, local_window=2), ids()
@@ -63,7 +85,7 @@ def test_a_model_with_tra_is_causal_and_decodes_with_its_caches_as_the_full_forw
     assert torch.equal(model.generate(x, max_new_tokens=8, do_sample=False, cache_implementation="static"), greedy)
 
 
-@pytest.mark.parametrize("family", sorted(CLASSES))
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_left_padded_rows_compute_and_generate_what_each_row_alone_does(family):
     model = tiny(family)
     prompts = [ids(1, 9, 2)[0], ids(1, 4, 3)[0], ids(1, 6, 4)[0]]
@@ -142,10 +164,7 @@ CONVERSIONS = [("tra", "keep"), ("tra", "remove"), ("fox", "keep"), ("fox", "rem
 
 
 def converted(family="llama", kind="fox", rope="remove", **settings):
-    torch.manual_seed(0)
-    config_class, model_class = CLASSES[family]
-    extra = {"head_dim": 8} if family == "qwen3" else {}
-    model = add_attention(model_class(config_class(**SIZES, **extra)), kind, rope=rope, **settings).eval()
+    model = add_attention(build(family), kind, rope=rope, **settings).eval()
     with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
         model.lm_head.weight.mul_(20)
         for module in attention_modules(model):  # gates that differ per position and head
@@ -204,7 +223,7 @@ def test_each_kind_is_the_library_op_on_the_models_own_q_k_v_in_fp64(kind, rope)
             torch.testing.assert_close(record["out"], expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("family", sorted(CLASSES))
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize(("kind", "rope"), [("fox", "keep"), ("fox", "remove"), ("alibi", "remove")])
 def test_fox_and_alibi_are_causal_and_decode_with_the_caches_as_the_full_forward(family, kind, rope):
     model, x = converted(family, kind, rope), ids()
