@@ -48,18 +48,31 @@ FAMILIES = {
     "starcoder2": ("Starcoder2", {"sliding_window": None, **NO_SPECIAL_TOKENS}),
 }
 FAMILY_NAMES = sorted(FAMILIES)
+# Families with sliding-window layers (a window of 4 keys, shorter than the tests' 12 tokens and 8 new ones), which
+# TRA runs (the op's sliding_window) and FoX and ALiBi refuse: every layer, or alternating with full ones.
+ALTERNATING = {"layer_types": ["sliding_attention", "full_attention"]}
+SLIDING = {
+    "mistral_sliding": ("Mistral", {"sliding_window": 4}),
+    "qwen2_sliding": ("Qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}),
+    "starcoder2_sliding": ("Starcoder2", {"sliding_window": 4, **NO_SPECIAL_TOKENS}),
+    "gemma2_sliding": ("Gemma2", {"head_dim": 8, "sliding_window": 4}),
+    "gemma3_sliding": ("Gemma3Text", {"head_dim": 8, "sliding_window": 4, **ALTERNATING}),
+    "cohere2_sliding": ("Cohere2", {"sliding_window": 4, **ALTERNATING, **NO_SPECIAL_TOKENS}),
+}
+TRA_FAMILY_NAMES = FAMILY_NAMES + sorted(SLIDING)
 
 
-def build(family: str):
-    """A small random model of ``family`` (seed 0)."""
+def build(family: str, **changes):
+    """A small random model of ``family`` (seed 0), its config changed by ``changes``."""
     torch.manual_seed(0)
-    prefix, extra = FAMILIES[family]
-    config_class, model_class = getattr(transformers, f"{prefix}Config"), getattr(transformers, f"{prefix}ForCausalLM")
-    return model_class(config_class(**SIZES, **extra))
+    prefix, extra = {**FAMILIES, **SLIDING}[family]
+    config_class = getattr(transformers, f"{prefix}Config")
+    model_class = getattr(transformers, f"{prefix.removesuffix('Text')}ForCausalLM")  # Gemma3TextConfig: Gemma3...
+    return model_class(config_class(**SIZES, **{**extra, **changes}))
 
 
-def tiny(family: str = "llama", **settings):
-    model = add_tra(build(family), **settings).eval()
+def tiny(family: str = "llama", config=None, **settings):
+    model = add_tra(build(family, **(config or {})), **settings).eval()
     with torch.no_grad():  # sharpen the model so that greedy choices are far from ties
         model.lm_head.weight.mul_(20)
     return model
@@ -69,7 +82,7 @@ def ids(b=2, s=12, seed=1):
     return torch.randint(1, 50, (b, s), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("family", TRA_FAMILY_NAMES)
 @pytest.mark.parametrize("rope", ["keep", "remove"])
 def test_a_model_with_tra_is_causal_and_decodes_with_its_caches_as_the_full_forward(family, rope):
     model, x = tiny(family, rope=rope, local_window=2), ids()
@@ -85,7 +98,7 @@ def test_a_model_with_tra_is_causal_and_decodes_with_its_caches_as_the_full_forw
     assert torch.equal(model.generate(x, max_new_tokens=8, do_sample=False, cache_implementation="static"), greedy)
 
 
-@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("family", TRA_FAMILY_NAMES)
 def test_left_padded_rows_compute_and_generate_what_each_row_alone_does(family):
     model = tiny(family)
     prompts = [ids(1, 9, 2)[0], ids(1, 4, 3)[0], ids(1, 6, 4)[0]]
@@ -104,6 +117,35 @@ def test_left_padded_rows_compute_and_generate_what_each_row_alone_does(family):
             torch.testing.assert_close(logits[row, width - len(p) :], model(p[None], use_cache=False).logits[0])
         alone = model.generate(p[None], max_new_tokens=6, do_sample=False)[0]  # (it may stop early, at eos)
         assert torch.equal(out[row, width - len(p) : width - len(p) + len(alone)], alone), row
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_a_sliding_window_layer_sees_its_window_alone(window):
+    """Two layers of 4-key windows: logits at positions 7 and on cannot see token 0 (each layer reaches 3 back);
+    with every key kept (threshold -inf) and no window, they do."""
+    model, x = tiny("mistral_sliding", config={"sliding_window": window}, threshold=float("-inf")), ids()
+    changed = x.clone()
+    changed[:, 0] = changed[:, 0] % 49 + 1
+    with torch.no_grad():
+        full, later = model(x, use_cache=False).logits, model(changed, use_cache=False).logits
+    assert not torch.allclose(later[:, 6], full[:, 6])
+    assert torch.equal(later[:, 7:], full[:, 7:]) == (window is not None)
+
+
+def test_a_mask_other_than_causal_within_the_window_is_refused():
+    from transformers.masking_utils import causal_mask_function, or_masks, sliding_window_causal_mask_function
+
+    from tra_attn.hf.attach import is_sliding_causal, padding_mask_function
+
+    assert is_sliding_causal(sliding_window_causal_mask_function(4), 4)
+    assert not is_sliding_causal(sliding_window_causal_mask_function(4), 5)
+    assert not is_sliding_causal(causal_mask_function, 4)
+    look_ahead = or_masks(sliding_window_causal_mask_function(4), lambda b, h, q, kv: kv == q + 1)
+    assert not is_sliding_causal(look_ahead, 4)
+    with pytest.raises(ValueError, match=r"a mask other than causal or causal within a sliding window; expected one"):
+        padding_mask_function("tra", sliding=True)(1, 4, 4, mask_function=look_ahead, local_size=4)
+    with pytest.raises(ValueError, match=r"a mask other than causal \(sliding or chunked attention\); expected full"):
+        padding_mask_function("tra_fox")(1, 4, 4, mask_function=sliding_window_causal_mask_function(4), local_size=4)
 
 
 def test_rope_removed_leaves_positions_to_tra_alone():
@@ -137,9 +179,9 @@ def test_what_cannot_work_is_refused_by_name(tmp_path):
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match=r"add_tra: GPT2LMHeadModel has no attention module with q/k/v/o proj"):
         add_tra(gpt2)
-    mistral = MistralForCausalLM(MistralConfig(**SIZES, sliding_window=4))
-    with pytest.raises(ValueError, match=r"add_tra: MistralForCausalLM has sliding-window layers"):
-        add_tra(mistral)
+    for kind, rope in (("fox", "keep"), ("alibi", "remove")):
+        with pytest.raises(ValueError, match=r"add_attention: MistralForCausalLM has sliding-window layers; expected"):
+            add_attention(build("mistral_sliding"), kind, rope=rope)
     from tra_attn.hf import TRAConfig, TRAForCausalLM
 
     with pytest.raises(ValueError, match=r"TRAForCausalLM does not run its attention through transformers' atten"):

@@ -10,8 +10,10 @@ state dict (``save_pretrained`` writes it) and the kind's settings are one dict 
 which the loaders (``load_tra``, ``load_attention``) rebuild the model of a saved folder.
 
 Every kind registers a mask function beside its attention function: it hands over the keys' 2D padding (without a
-mask registration transformers would drop the mask) and refuses any pattern but causal. ``rope="remove"`` makes the
-model's rotary embedding the identity, so positions come from the kind alone.
+mask registration transformers would drop the mask) and refuses any pattern but causal, or, for a kind whose op has
+a sliding window (TRA), causal within the layer's sliding window (Mistral's, Gemma 2 and 3's sliding layers), which
+the attention then passes to the op. ``rope="remove"`` makes the model's rotary embedding the identity, so
+positions come from the kind alone.
 """
 
 from __future__ import annotations
@@ -51,20 +53,21 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if all(hasattr(m, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))]
 
 
-def check_model(model, caller: str) -> list[nn.Module]:
+def check_model(model, caller: str, sliding: bool = False) -> list[nn.Module]:
     """The attention modules of ``model``, or a ValueError (naming ``caller``) for a model this mechanism cannot
-    convert: not a transformers model of the attention interface, sliding-window layers, no q/k/v/o projections,
-    or a model converted already."""
+    convert: not a transformers model of the attention interface, sliding-window layers (unless ``sliding``: the
+    kind runs them), no q/k/v/o projections, or a model converted already."""
     if not isinstance(model, PreTrainedModel) or not getattr(type(model), "_supports_attention_backend", False):
         raise ValueError(
             f"{caller}: {type(model).__name__} does not run its attention through transformers' attention interface "
             "(_supports_attention_backend); expected a model class that does, such as Llama or Qwen3"
         )
     config = model.config
-    sliding = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
-    if sliding or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+    windowed = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    if not sliding and (windowed or "sliding_attention" in (getattr(config, "layer_types", None) or ())):
         raise ValueError(
-            f"{caller}: {type(model).__name__} has sliding-window layers; expected full causal attention in every layer"
+            f"{caller}: {type(model).__name__} has sliding-window layers; expected full causal attention in every "
+            "layer (of the kinds, TRA runs sliding-window layers)"
         )
     for key, (_, label) in CONVERTED.items():
         if hasattr(config, key):
@@ -122,8 +125,8 @@ class NoRotation(nn.Module):
         super().__init__()
         self.rotary = rotary
 
-    def forward(self, x, position_ids):
-        cos, sin = self.rotary(x, position_ids)
+    def forward(self, x, position_ids, *args, **kwargs):  # Gemma 3's also takes its layer type
+        cos, sin = self.rotary(x, position_ids, *args, **kwargs)
         return torch.ones_like(cos), torch.zeros_like(sin)
 
 
@@ -148,18 +151,34 @@ def convert(model, modules, *, implementation: str, key: str, settings: dict, ga
     return model
 
 
-def padding_mask_function(name: str) -> Callable:
+def is_sliding_causal(mask_function: Callable, window: int) -> bool:
+    """Whether transformers' ``mask_function`` (batch, head, q, kv) -> bool is causal within ``window`` (key at
+    distance d = q - kv kept iff 0 <= d < window), probed at the distances where another pattern would differ."""
+    index = torch.tensor  # transformers' mask functions take index tensors
+    distances = (-1, 0, 1, window - 1, window, window + 1)
+    return all(
+        bool(mask_function(index(0), index(0), index(q), index(q - d))) == (0 <= d < window)
+        for q in (window + 1, 3 * window + 2)
+        for d in distances
+    )
+
+
+def padding_mask_function(name: str, sliding: bool = False) -> Callable:
     """The mask function of the attention implementation ``name``: the keys' (B, kv_length) padding (True: a token),
-    or None when there is none. The attention is causal by construction; any other pattern is refused."""
+    or None when there is none. The attention is causal by construction, and with ``sliding`` it also runs a
+    layer's sliding window (transformers passes its size as ``local_size``); any other pattern is refused."""
 
     def padding_mask(
         batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=causal_mask_function,
-        attention_mask=None, **kwargs,
+        attention_mask=None, local_size=None, **kwargs,
     ):  # fmt: skip
-        if mask_function is not causal_mask_function:
+        windowed = sliding and local_size is not None and is_sliding_causal(mask_function, int(local_size))
+        if mask_function is not causal_mask_function and not windowed:
             raise ValueError(
-                f"attn_implementation={name!r}: this model's layers use a mask other than causal (sliding or chunked "
-                "attention); expected full causal attention"
+                f"attn_implementation={name!r}: this model's layers use a mask other than causal"
+                + (" or causal within a sliding window" if sliding else " (sliding or chunked attention)")
+                + "; expected "
+                + ("one of those" if sliding else "full causal attention")
             )
         # A static cache's slots past the queries hold no keys yet: the mask then covers the filled ones only, and
         # the attention trims the keys to it (``trim_to_mask``).
@@ -173,11 +192,12 @@ def padding_mask_function(name: str) -> Callable:
     return padding_mask
 
 
-def register(name: str, forward: Callable, key: str, label: str) -> None:
-    """Register ``forward`` as the attention implementation ``name`` with its padding mask function, and ``key`` as
-    the config key of its settings (``label``: its name in messages)."""
+def register(name: str, forward: Callable, key: str, label: str, sliding: bool = False) -> None:
+    """Register ``forward`` as the attention implementation ``name`` with its padding mask function (``sliding``:
+    it runs sliding-window layers too), and ``key`` as the config key of its settings (``label``: its name in
+    messages)."""
     AttentionInterface.register(name, forward)
-    AttentionMaskInterface.register(name, padding_mask_function(name))
+    AttentionMaskInterface.register(name, padding_mask_function(name, sliding))
     CONVERTED[key] = (name, label)
 
 

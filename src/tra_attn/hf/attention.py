@@ -38,7 +38,7 @@ def add_attention(model, kind: str, *, rope: str, **settings):
     if unknown:
         own = [name for name in spec.settings if name != "rope"]
         raise ValueError(f"add_attention: kind {kind!r} has no setting {unknown}; expected some of {own} or none")
-    modules = check_model(model, "add_attention")
+    modules = check_model(model, "add_attention", sliding=kind == "tra")
     checked = spec.checked("add_attention", rope=rope, **settings)
     return convert(
         model, modules, implementation=spec.implementation, key=spec.key, settings=checked, gate_hook=spec.gate_hook

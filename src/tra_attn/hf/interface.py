@@ -7,8 +7,9 @@ the settings are in ``config.tra``, and ``load_tra`` rebuilds the model from a s
 
 In the attention function, q and k are RMS-normalised per head (TRA's scores are cosines times sqrt(D); Qwen3's
 learned q_norm and k_norm come first, Llama has none), grouped-query keys are repeated, and the op runs with the
-keys' padding. With ``rope="remove"`` the model's rotary embedding is made the identity, so positions come from TRA
-alone; ``rope="keep"`` runs TRA on the rotated q and k the model gives.
+keys' padding and, in a sliding-window layer (Mistral's, Gemma 2 and 3's), the layer's window. With
+``rope="remove"`` the model's rotary embedding is made the identity, so positions come from TRA alone;
+``rope="keep"`` runs TRA on the rotated q and k the model gives.
 """
 
 from __future__ import annotations
@@ -67,12 +68,13 @@ def attention_forward(module: nn.Module, query, key, value, attention_mask, scal
         threshold=settings["threshold"],
         local_window=settings["local_window"],
         keep_surrogate=settings["keep_surrogate"] if module.training else 0.0,
+        sliding_window=kwargs.get("sliding_window") or 0,  # a sliding layer's (the keys are its cache's last ones)
         key_padding_mask=attention_mask,
     )
     return out.transpose(1, 2).contiguous(), None
 
 
-register(NAME, attention_forward, KEY, "TRA")
+register(NAME, attention_forward, KEY, "TRA", sliding=True)
 
 
 def checked_settings(
@@ -94,7 +96,7 @@ def add_tra(
     """Give a Hugging Face model TRA attention in place (and return it): a forget gate per attention module, the
     settings in ``config.tra``, ``attn_implementation="tra"``. ``rope``: "keep" (TRA on the rotated q and k) or
     "remove" (no rotation: TRA's own positions). Fresh gates; load trained ones with ``load_tra``."""
-    modules = check_model(model, "add_tra")
+    modules = check_model(model, "add_tra", sliding=True)
     settings = checked_settings("add_tra", threshold=threshold, local_window=local_window,
                                 keep_surrogate=keep_surrogate, gate_bias_init=gate_bias_init, rope=rope)  # fmt: skip
     return convert(model, modules, implementation=NAME, key=KEY, settings=settings, gate_hook=keep_hidden)
