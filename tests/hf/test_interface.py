@@ -1,9 +1,8 @@
 """TRA as an attention implementation of transformers' own classes (``tra_attn.hf.add_tra``), and TRA, FoX and ALiBi
-through the same mechanism (``add_attention``): Llama, Qwen3 and ten more families on small random configs (every
-family of transformers' own classes this mechanism converts: full causal attention with q/k/v/o projections), the
-library's op on the
-model's own q, k and v in fp64, causal, decoding with Hugging Face's caches (and beam search) as the full forward
-does, padded rows as each row alone, RoPE kept or removed, save and load, and clear refusals of what cannot work."""
+through the same mechanism (``add_attention``): Llama, Qwen3 and fourteen more families on small random configs (TRA
+also in seven with sliding-window layers), the library's op on the model's own q, k and v in fp64, causal, decoding
+with Hugging Face's caches (and beam search) as the full forward does, padded rows as each row alone, RoPE kept or
+removed, save and load, and clear refusals of what cannot work."""
 
 from __future__ import annotations
 
@@ -46,6 +45,9 @@ FAMILIES = {
     "glm": ("Glm", {}),
     "smollm3": ("SmolLM3", NO_SPECIAL_TOKENS),
     "starcoder2": ("Starcoder2", {"sliding_window": None, **NO_SPECIAL_TOKENS}),
+    "helium": ("Helium", {"head_dim": 8}),
+    "phi": ("Phi", {}),  # its output projection is named dense
+    "phi3": ("Phi3", {"sliding_window": None, **NO_SPECIAL_TOKENS}),  # q, k and v in one projection
 }
 FAMILY_NAMES = sorted(FAMILIES)
 # Families with sliding-window layers (a window of 4 keys, shorter than the tests' 12 tokens and 8 new ones), which
@@ -58,6 +60,7 @@ SLIDING = {
     "gemma2_sliding": ("Gemma2", {"head_dim": 8, "sliding_window": 4}),
     "gemma3_sliding": ("Gemma3Text", {"head_dim": 8, "sliding_window": 4, **ALTERNATING}),
     "cohere2_sliding": ("Cohere2", {"sliding_window": 4, **ALTERNATING, **NO_SPECIAL_TOKENS}),
+    "phi3_sliding": ("Phi3", {"sliding_window": 4, **NO_SPECIAL_TOKENS}),
 }
 TRA_FAMILY_NAMES = FAMILY_NAMES + sorted(SLIDING)
 

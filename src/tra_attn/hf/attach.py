@@ -48,9 +48,14 @@ class Kind:
     gate_hook: Callable | None
 
 
+# The projections by which an attention module of transformers' decoders is recognised: separate q, k, v and o
+# (Llama and most), q, k and v fused (Phi-3), or the output named ``dense`` (Phi).
+LAYOUTS = (("q_proj", "k_proj", "v_proj", "o_proj"), ("qkv_proj", "o_proj"), ("q_proj", "k_proj", "v_proj", "dense"))
+
+
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules a Hugging Face decoder runs its attention interface from (q, k, v and o projections)."""
-    return [m for m in model.modules() if all(hasattr(m, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))]
+    """The modules a Hugging Face decoder runs its attention interface from (one of ``LAYOUTS``)."""
+    return [m for m in model.modules() if any(all(hasattr(m, p) for p in layout) for layout in LAYOUTS)]
 
 
 def check_model(model, caller: str, sliding: bool = False) -> list[nn.Module]:
@@ -77,7 +82,10 @@ def check_model(model, caller: str, sliding: bool = False) -> list[nn.Module]:
             )
     modules = attention_modules(model)
     if not modules:
-        raise ValueError(f"{caller}: {type(model).__name__} has no attention module with q/k/v/o projections")
+        raise ValueError(
+            f"{caller}: {type(model).__name__} has no attention module with q/k/v/o projections; expected one of "
+            f"the layouts {[', '.join(layout) for layout in LAYOUTS]}"
+        )
     return modules
 
 
@@ -110,11 +118,11 @@ def attach_gates(model, modules: list[nn.Module], bias_init: float, hook: Callab
     config = model.config
     std = getattr(config, "initializer_range", 0.02)
     for module in modules:
-        heads = module.q_proj.out_features // module.head_dim
-        gate = nn.Linear(config.hidden_size, heads, bias=True, device=module.q_proj.weight.device)
+        weight = next(module.parameters())
+        gate = nn.Linear(config.hidden_size, config.num_attention_heads, bias=True, device=weight.device)
         nn.init.normal_(gate.weight, std=std)
         nn.init.constant_(gate.bias, bias_init)
-        module.forget_gate = gate.to(module.q_proj.weight.dtype)
+        module.forget_gate = gate.to(weight.dtype)
         module.register_forward_pre_hook(hook, with_kwargs=True)
 
 
