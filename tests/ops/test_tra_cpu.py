@@ -20,7 +20,7 @@ from tra_attn.ops.tra import KeepRule, TrainingAids, tra_naive
 from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.cpu_build import available
 from tra_attn.ops.tra.dispatch import cpu_decode_step
-from tra_attn.ops.tra.fused_cpu import tra_cpu
+from tra_attn.ops.tra.fused_cpu import counting_tiles, tra_cpu
 from tra_attn.ops.tra.surrogate import tra_surrogate
 
 pytestmark = pytest.mark.skipif(not available(), reason="the fused CPU kernels could not be built here")
@@ -110,6 +110,71 @@ def test_rows_with_no_kept_key_output_zero_and_pass_no_gradient():
     assert all(torch.equal(t, torch.zeros_like(t)) for t in grads)
 
 
+FLOORS = {torch.float64: 700.0, torch.float32: 80.0}  # cpu/simd.h: exp of less than -floor is 0
+
+
+def strong_gates(shape, dtype, seed, weak_row=None):
+    """Inputs whose gates forget fast: a key a block of kept keys left of its query has a logit far below the
+    exp floor (with one row, ``weak_row``, that never forgets: its block walks to the first key)."""
+    b, h, sq, sk, d = shape
+    q, k, v, g = tra_inputs(b, h, sq, sk, d, dtype=dtype, seed=seed, requires_grad=False)
+    g = -FLOORS[dtype] / 48 * (1 + torch.rand(g.shape, generator=torch.Generator().manual_seed(seed), dtype=g.dtype))
+    if weak_row is not None:
+        g[..., weak_row] = 0.0
+    return [t.requires_grad_() for t in (q, k, v, g)]
+
+
+def tiles_and_grads(keep, aids, inputs, grad_out):
+    with counting_tiles() as tiles:
+        results = output_and_grads(run("cpu", keep, aids=aids), inputs, grad_out)
+    return tiles(), results
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-11), (torch.float32, 2e-4)], ids=["fp64", "fp32"])
+@pytest.mark.parametrize("aids", [NO_AIDS, AIDS[0]], ids=["exact", "surrogate"])
+@pytest.mark.parametrize("keep", [KeepRule(), KeepRule(local_window=4), KeepRule(-math.inf)], ids=str)
+def test_the_walk_ends_where_no_key_further_left_carries_weight(dtype, atol, aids, keep):
+    """Once every row of a block has its logits of every key further left below its running maximum by more than
+    the exp floor (a bound from |q| max|k| and the count so far), those keys' weights and gradients are exactly 0
+    and the kernels stop walking: fewer tiles than a walk to the first key, the reference's values and
+    gradients. A row that never forgets keeps its block walking, and stays exact too."""
+    shape = (1, 2, 400, 400, 16)
+    grad_out = torch.randn(1, 2, 400, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    fast = strong_gates(shape, dtype, seed=3)
+    slow = strong_gates(shape, dtype, seed=3, weak_row=399)  # the last row: in the last query block
+    full = [t.detach().clone().requires_grad_() for t in fast]
+    with torch.no_grad():
+        full[3].zero_()  # nothing forgets: every walk reaches the first key
+    counts = {}
+    for name, inputs in (("fast", fast), ("slow", slow), ("full", full)):
+        counts[name], actual = tiles_and_grads(keep, aids, inputs, grad_out.to(dtype))
+        expected = output_and_grads(run("naive", keep, aids=aids), inputs, grad_out.to(dtype))
+        for label, a, e in zip(NAMES, actual, expected):
+            assert_close(a, e, atol=atol, rtol=atol, name=f"{name} {label}")
+    assert counts["fast"] < counts["slow"] < counts["full"], counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32"])
+def test_a_row_that_keeps_only_the_first_key_walks_to_it(dtype):
+    """Rows that have kept nothing yet are never out of reach, however fast they forget: every query keeps only
+    key 0, far left, and outputs v_0."""
+    s, d = 300, 8
+    q = torch.zeros(1, 1, s, d, dtype=dtype)
+    q[..., 0] = d**0.5
+    k = -q.clone()
+    k[:, :, 0] = q[:, :, 0]
+    v = torch.randn(1, 1, s, d, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    g = torch.full((1, 1, s), -FLOORS[dtype], dtype=dtype)
+    inputs = [t.requires_grad_() for t in (q, k, v, g)]
+    grad_out = torch.randn(1, 1, s, d, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    actual = output_and_grads(run("cpu", KeepRule()), inputs, grad_out)
+    expected = output_and_grads(run("naive", KeepRule()), inputs, grad_out)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert_close(actual[0], v[:, :, :1].expand(1, 1, s, d), atol=tol)
+    for label, a, e in zip(NAMES, actual, expected):
+        assert_close(a, e, atol=tol, rtol=tol, name=label)
+
+
 def test_gradcheck_fp64():
     inputs = tra_inputs(1, 2, 9, 12, 3, seed=5)
     keep = KeepRule(local_window=2)
@@ -158,7 +223,7 @@ def test_a_decoding_step_reads_every_layout_of_keys_and_values(layout):
         k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
     dtype, atol = (torch.bfloat16, 2e-2) if layout == "bf16" else (torch.float64, 1e-12)
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    step = cpu_decode_step(q, k, v, g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2))
+    step = cpu_decode_step(q, k, v, g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2), impl="cpu")
     expected = tra_naive(q.double(), k.double(), v.double(), g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2))
     assert step.dtype == dtype
     assert_close(step.double(), expected, atol=atol, rtol=atol)
@@ -166,11 +231,11 @@ def test_a_decoding_step_reads_every_layout_of_keys_and_values(layout):
 
 def test_the_decoding_step_serves_only_decoding_steps_on_the_kernels():
     q, k, v, g = tra_inputs(1, 2, 2, 30, 8, requires_grad=False, seed=5)
-    step = functools.partial(cpu_decode_step, scale=1.0, keep=KeepRule())
+    step = functools.partial(cpu_decode_step, scale=1.0, keep=KeepRule(), impl="cpu")
     assert step(q[:, :, -1:], k, v, g[:, :, -1:]) is not None
     assert step(q, k, v, g) is None  # two queries
     assert step(q[:, :, -1:], k, v, g[:, :, -1:], impl="chunked") is None
-    assert cpu_decode_step(q[:, :, -1:], k, v, g[:, :, -1:], scale=1.0, keep=KeepRule(sliding_window=4)) is None
+    assert step(q[:, :, -1:], k, v, g[:, :, -1:], keep=KeepRule(sliding_window=4)) is None
     assert step(q[:, :, -1:].requires_grad_(), k, v, g[:, :, -1:]) is None  # a gradient to compute
 
 
@@ -197,14 +262,19 @@ def test_a_decoding_step_applies_the_nonfinite_contract_in_its_rows(where):
     assert_close(out[finite], expected[finite], atol=1e-13)
 
 
-def test_auto_runs_the_fused_kernels_on_the_cpu(monkeypatch):
+@pytest.mark.parametrize("chosen", [True, False], ids=["faster", "slower"])
+def test_auto_runs_the_fused_kernels_where_they_are_chosen(monkeypatch, chosen):
+    """auto runs the kernels where cpu_choice chose them (tests/ops/test_cpu_choice.py measures), else chunked."""
     import tra_attn.ops.tra.dispatch as dispatch
 
     calls = []
+    monkeypatch.setattr(dispatch, "cpu_kernels_chosen", lambda: chosen)
     monkeypatch.setattr(dispatch, "tra_cpu", lambda *a, **kw: calls.append("tra_cpu") or tra_cpu(*a, **kw))
     q, k, v, g = tra_inputs(1, 2, 20, 20, 8, seed=1)
     threshold_relative_attention(q, k, v, g)
-    assert calls == ["tra_cpu"]
+    assert calls == (["tra_cpu"] if chosen else [])
+    if not chosen:
+        return
     with pytest.raises(ValueError, match="prune_tau = 5.0; expected None for impl='cpu'"):
         threshold_relative_attention(q, k, v, g, impl="cpu", prune_tau=5.0)
     threshold_relative_attention(q, k, v, g, prune_tau=5.0)  # auto: the chunked path's early exit

@@ -23,6 +23,7 @@ from tra_attn.ops.varlen import PADDING, segment_ids_from
 def without_fused_kernels(monkeypatch):
     """ "auto" as on a machine where the fused CPU kernels could not be built."""
     monkeypatch.setattr(dispatch_module, "cpu_kernels_available", lambda: False)
+    monkeypatch.setattr(dispatch_module, "cpu_kernels_chosen", lambda: False)
 
 
 RULES = {

@@ -2,7 +2,7 @@
 
 Generic commands (``data``, ``train``, ``eval``) work for every registered task; ``run`` answers a question
 (a results folder's spec: its runs and its page), ``flipflop`` is the main job and ``retrofit`` the retrofitting
-experiment on transformers' Llama.
+experiment on transformers' Llama; ``kernels`` says what TRA runs on on this CPU.
 
 Exit codes: 0 done; 1 an operating-system error (a read-only folder, a full disk, a name too long: one
 ``tra: error:`` line naming what was written, the path and the reason), or a torchrun worker that lost the
@@ -29,6 +29,7 @@ from ..utils.memory import out_of_memory
 from ..utils.os_errors import describe, os_error
 from .args import Parser
 from .checkpoints import add_convert_command, add_eval_command, add_inspect_command
+from .kernels import add_kernels_command
 from .lm import add_lm_command
 from .retrofit import add_retrofit_command
 from .run import add_flipflop_command, add_run_command
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_retrofit_command(sub)
     add_convert_command(sub)
     add_upgrade_command(sub)
+    add_kernels_command(sub)
     return parser
 
 

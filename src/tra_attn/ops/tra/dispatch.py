@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from ..autocast import no_autocast
+from . import cpu_choice
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
 from .cpu_build import library as cpu_library
@@ -171,8 +172,10 @@ def threshold_relative_attention(
         impl: "naive" (materialised reference), "chunked" (O(S) memory PyTorch), "cpu" (fused C++ CPU
             kernels, ``fused_cpu.py``; built on first use, and where they cannot be, the chunked path after a
             one-line notice), "triton" (fused GPU kernels), or "auto" (triton for CUDA tensors when triton is
-            installed; on the CPU the fused kernels, else chunked and the materialised rows of ``decode.py`` for a
-            decoding call: at most 16 queries without gradients; chunked whenever ``prune_tau`` is given).
+            installed; on the CPU the fused kernels where they are faster than the chunked path on this machine,
+            measured once per build and thread count (``cpu_choice.py``, ``tra kernels``), else chunked and the
+            materialised rows of ``decode.py`` for a decoding call: at most 16 queries without gradients; chunked
+            whenever ``prune_tau`` is given).
         prune_tau: optional early exit (chunked and triton): keys are skipped once a bound proves that
             all remaining ones carry less than exp(-prune_tau) of a query's attention, so the output
             moves by at most 2 * exp(-prune_tau) * max|v|; forward and backward skip the same keys.
@@ -261,9 +264,10 @@ def threshold_relative_attention(
 
 
 def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
-    """The implementation "auto" stands for: triton for CUDA tensors it fits, else the materialised rows of a
-    decoding step (``decode.py``: a few queries, no gradient, no training aid, no early exit), else chunked; and
-    the materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
+    """The implementation "auto" stands for: triton for CUDA tensors it fits; on a CPU the fused kernels where they
+    are faster than the chunked path on this machine (``cpu_choice.py``), else the materialised rows of a decoding
+    step (``decode.py``: a few queries, no gradient, no training aid, no early exit), else chunked; and the
+    materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
     if impl != "auto":
         return impl
     if call.prune_tau is not None and call.aids.active:
@@ -272,7 +276,7 @@ def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
     fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
     if q.is_cuda and triton_available() and fits_triton:
         return "triton"
-    if q.device.type == "cpu" and call.prune_tau is None and cpu_kernels_available():
+    if q.device.type == "cpu" and call.prune_tau is None and cpu_kernels_chosen():
         return "cpu"
     if call.prune_tau is None and not call.aids.active and decodes(q, k, v, log_gate):
         return "decode"
@@ -283,13 +287,13 @@ def cpu_checks_itself(q, k, v, log_gate, call: Call) -> bool:
     """Whether the fused CPU kernels apply the non-finite contract themselves: a decoding step of one query per
     row that sees every key (no documents, no sliding window), no training aid, no early exit, no gradient."""
     plain = call.prune_tau is None and not call.aids.active and call.documents.ids is None
-    return plain and _cpu_decodes(q, k, v, log_gate, call.keep)
+    return plain and _cpu_decodes(q, k, v, log_gate, call.keep) and cpu_kernels_available()
 
 
 def _cpu_decodes(q, k, v, log_gate, keep: KeepRule) -> bool:
-    """One query per row without gradients and without a sliding window, and the kernels are built."""
+    """One query per row without gradients and without a sliding window (the kernels built: see the callers)."""
     one_query = q.shape[2] == 1 and not keep.sliding_window
-    return one_query and decodes(q, k, v, log_gate) and cpu_kernels_available()
+    return one_query and decodes(q, k, v, log_gate)
 
 
 def cpu_decode_step(q, k, v, log_gate, *, scale: float, keep: KeepRule, impl: str = "auto") -> torch.Tensor | None:
@@ -298,6 +302,8 @@ def cpu_decode_step(q, k, v, log_gate, *, scale: float, keep: KeepRule, impl: st
     training aid and no early exit (the TRA layer in evaluation): a decoding step is a few microseconds of work per
     layer, and the checks cost more than that at short contexts."""
     if impl not in ("auto", "cpu") or q.device.type != "cpu" or not _cpu_decodes(q, k, v, log_gate, keep):
+        return None
+    if not (cpu_kernels_chosen() if impl == "auto" else cpu_kernels_available()):
         return None
     return tra_cpu_decode(q, k, v, log_gate, scale=scale, keep=keep)
 
@@ -338,6 +344,13 @@ _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 def cpu_kernels_available() -> bool:
     """Whether the fused CPU kernels are built (building them on the first call; a constant to torch.compile)."""
     return cpu_library() is not None
+
+
+@torch.compiler.assume_constant_result
+def cpu_kernels_chosen() -> bool:
+    """Whether ``auto`` runs TRA on the fused CPU kernels: built, and faster than the chunked path on this machine
+    (cpu_choice.py: measured once per build, CPU and thread count; TRA_CPU_KERNELS=1 skips the measurement)."""
+    return cpu_choice.use_kernels()
 
 
 def triton_available() -> bool:

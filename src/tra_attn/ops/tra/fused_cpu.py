@@ -9,6 +9,7 @@ dropout (decoding) runs one row per thread pass over its keys instead of the til
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 
@@ -45,7 +46,28 @@ class Params(ctypes.Structure):
         ("k_stride", ctypes.c_int64),
         ("v_stride", ctypes.c_int64),
         ("checked", ctypes.c_int64),
+        ("tiles", ctypes.c_void_p),
     ]
+
+
+_tile_counter: ctypes.c_int64 | None = None  # set by counting_tiles
+
+
+@contextlib.contextmanager
+def counting_tiles():
+    """Count the (key block, query block) tiles the tiled forward and backward compute inside the block: yields
+    a function that returns the count so far. Diagnostics (tests, benchmarks): how far the walk goes before no key
+    further left can carry weight (docs/cpu_op.md)."""
+    global _tile_counter
+    counter = _tile_counter = ctypes.c_int64(0)
+    try:
+        yield lambda: counter.value
+    finally:
+        _tile_counter = None
+
+
+def tile_counter() -> int | None:
+    return None if _tile_counter is None else ctypes.addressof(_tile_counter)
 
 
 def pointer(t: torch.Tensor | None) -> int | None:
@@ -69,7 +91,7 @@ def params(q, k, v, heads, scale, threshold, local, sliding, segments, drop_rows
     return Params(
         n, heads, sq, k.shape[1], d, scale, threshold, local, sliding, pointer(keys), pointer(queries), pointer(starts),
         pointer(drop_rows), pointer(drop_cols), p32, drop_scale, tau, torch.get_num_threads(), k.stride(0),
-        v.stride(0), int(checked),
+        v.stride(0), int(checked), tile_counter(),
     )  # fmt: skip
 
 
