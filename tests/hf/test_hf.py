@@ -323,7 +323,7 @@ def test_the_hugging_face_guide_example_runs(tmp_path, monkeypatch):
 def test_a_converted_folder_loads_without_importing_tra_attn_through_trust_remote_code(tmp_path):
     """The folder's auto_map names remote_code.py (the installed package's classes): a process that never
     imports tra_attn, as lm-eval's, loads model and tokenizer with trust_remote_code=True."""
-    model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE))
+    model = TransformerLM(ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, tokenizer=BYTE)).eval()
     model.save_pretrained(tmp_path / "native")
     to_hf(tmp_path / "native", tmp_path / "hf")
     torch.save(model(torch.arange(8)[None]), tmp_path / "logits.pt")

@@ -245,7 +245,7 @@ def test_the_layer_gives_the_local_window_to_thresholded_heads_and_the_dense_win
     torch.manual_seed(0)
     config = dict(vocab_size=13, d_model=32, n_layers=1, n_heads=4)
     windows = {**ABLATIONS[ablation], "dense_heads": 2, "local_window": 3, "dense_window": 4}
-    model = TransformerLM(ModelConfig(**config, attention_options=windows)).double()
+    model = TransformerLM(ModelConfig(**config, attention_options=windows)).double().eval()  # the layer normalises
     plain_options = {**ABLATIONS[ablation], "dense_heads": 2}
     plain = TransformerLM(ModelConfig(**config, attention_options=plain_options)).double()
     plain.load_state_dict(model.state_dict())
@@ -397,3 +397,28 @@ def test_a_run_with_the_keep_penalty_trains_and_logs_the_task_loss(tmp_path):
     assert any(not torch.equal(penalised[name], plain[name]) for name in plain)
     logged = [json.loads(line) for line in (tmp_path / "penalised" / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(row["loss"]) for row in logged if "loss" in row)
+
+
+@pytest.mark.parametrize("options", [{}, {"local_window": 4, "keep_surrogate": 1.0}, {"dense_heads": 1}], ids=str)
+def test_a_training_forward_lets_the_op_normalise_q_and_k(monkeypatch, options):
+    """In training without a cache the TRA layer hands q and k to the op unnormalised (qk_norm_eps: the CPU
+    kernels normalise in their own passes); the loss and every gradient are those of the layer normalising them."""
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, attention="tra", dropout=0.0,
+                         attention_options=options)  # fmt: skip
+    model = TransformerLM(config).double().train()
+    ids = torch.randint(0, 32, (2, 70))
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = model(ids[:, :-1], labels=ids[:, 1:]).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    assert all(block.attn.op_normalizes(None) for block in model.blocks)
+    fused = loss_and_grads()
+    monkeypatch.setattr(TRAAttention, "op_normalizes", lambda self, cache: False)
+    layer = loss_and_grads()
+    torch.testing.assert_close(fused[0], layer[0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(fused[1], layer[1]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)

@@ -16,6 +16,7 @@ import torch
 
 from tests.conftest import assert_close, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
+from tra_attn.ops.rms import rms_normalize
 from tra_attn.ops.tra import KeepRule, TrainingAids, tra_naive
 from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.cpu_build import available
@@ -175,6 +176,65 @@ def test_a_row_that_keeps_only_the_first_key_walks_to_it(dtype):
         assert_close(a, e, atol=tol, rtol=tol, name=label)
 
 
+def test_the_projection_layout_is_read_in_place_and_kept():
+    """q, k, v split into heads from (B, S, H, D) projections, k shared by every head (expanded: a head stride of
+    0) and v a slice of a longer buffer: read as they are; the output and each gradient come in their input's
+    layout (the output projection and the projections' backward read them without a copy)."""
+    b, h, s, d = 2, 3, 90, 16
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randn(b, s, h, d, generator=gen, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    k_shared = torch.randn(b, 1, s, d, generator=gen, dtype=torch.float64).requires_grad_()
+    v_buffer = torch.randn(b, h, s + 10, d, generator=gen, dtype=torch.float64).requires_grad_()
+    g = torch.nn.functional.logsigmoid(torch.randn(b, h, s, generator=gen, dtype=torch.float64)).requires_grad_()
+    grad_out = torch.randn(b, h, s, d, generator=gen, dtype=torch.float64)
+    inputs = (q, k_shared, v_buffer, g)
+
+    def call(impl):
+        def attention(q, k_shared, v_buffer, g):
+            k, v = k_shared.expand(b, h, s, d), v_buffer[:, :, :s]
+            return threshold_relative_attention(q, k, v, g, impl=impl, local_window=2)
+
+        return attention
+
+    actual = output_and_grads(call("cpu"), inputs, grad_out)
+    expected = output_and_grads(call("naive"), inputs, grad_out)
+    assert actual[0].stride() == q.stride()
+    for label, a, e in zip(NAMES, actual, expected):
+        assert_close(a, e, atol=1e-12, rtol=1e-12, name=label)
+    with torch.no_grad():
+        out = tra_cpu(q, q, q, g, scale=0.25, keep=KeepRule())
+    assert out.stride() == q.stride()
+
+
+@pytest.mark.parametrize("aids", [NO_AIDS, *AIDS], ids=["exact", "surrogate", "dropout", "surrogate+dropout"])
+@pytest.mark.parametrize("shape", [(2, 2, 75, 75, 16), (1, 2, 3, 60, 8), (1, 1, 130, 130, 33)], ids=str)
+def test_the_kernels_normalise_q_and_k_as_rms_norm_does(aids, shape):
+    """qk_norm_eps: q and k of any scale RMS-normalised in the kernels' passes, forward and backward (through the
+    norm), equal to rms_norm then the reference; with documents and windows too."""
+    b, h, sq, sk, d = shape
+    gen = torch.Generator().manual_seed(sq)
+    q = (3 * torch.randn(b, h, sq, d, generator=gen, dtype=torch.float64)).requires_grad_()
+    k = (0.2 * torch.randn(b, h, sk, d, generator=gen, dtype=torch.float64)).requires_grad_()
+    v = torch.randn(b, h, sk, d, generator=gen, dtype=torch.float64).requires_grad_()
+    g = torch.nn.functional.logsigmoid(torch.randn(b, h, sq, generator=gen, dtype=torch.float64)).requires_grad_()
+    grad_out = torch.randn(b, h, sq, d, generator=gen, dtype=torch.float64)
+    documents = Documents(documents_of(b, sk))
+    keep = KeepRule(-0.1, local_window=2, sliding_window=50)
+
+    def fused(q, k, v, g):
+        return tra_cpu(q, k, v, g, scale=d**-0.5, keep=keep, documents=documents, aids=aids, norm_eps=1e-6)
+
+    def reference(q, k, v, g):
+        q, k = rms_normalize(q, 1e-6), rms_normalize(k, 1e-6)
+        run_reference = tra_surrogate if aids.keep_surrogate else tra_naive
+        return run_reference(q, k, v, g, scale=d**-0.5, keep=keep, documents=documents, aids=aids)
+
+    actual = output_and_grads(fused, (q, k, v, g), grad_out)
+    expected = output_and_grads(reference, (q, k, v, g), grad_out)
+    for label, a, e in zip(NAMES, actual, expected):
+        assert_close(a, e, atol=1e-10, rtol=1e-10, name=label)
+
+
 def test_gradcheck_fp64():
     inputs = tra_inputs(1, 2, 9, 12, 3, seed=5)
     keep = KeepRule(local_window=2)
@@ -312,3 +372,17 @@ def test_without_the_kernels_the_op_runs_on_the_chunked_path(env, tmp_path):
         assert "/nonexistent/g++" in done.stderr
     else:
         assert done.stderr == ""
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu", "auto"])
+def test_every_implementation_normalises_q_and_k_alike(impl):
+    """The op's qk_norm_eps: the kernels normalise in their passes, every other path calls rms_norm first."""
+    gen = torch.Generator().manual_seed(8)
+    q, k = (5 * torch.randn(1, 2, 70, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, 70, 8, generator=gen, dtype=torch.float64)
+    g = -torch.rand(1, 2, 70, generator=gen, dtype=torch.float64)
+    out = threshold_relative_attention(q, k, v, g, impl=impl, qk_norm_eps=1e-5)
+    expected = threshold_relative_attention(rms_normalize(q, 1e-5), rms_normalize(k, 1e-5), v, g, impl="naive")
+    assert_close(out, expected, atol=1e-12, rtol=1e-12)
+    one = threshold_relative_attention(q[:, :, -1:], k, v, g[:, :, -1:], impl=impl, qk_norm_eps=1e-5)  # decoding
+    assert_close(one, expected[:, :, -1:], atol=1e-12, rtol=1e-12)

@@ -250,6 +250,9 @@ class TRAAttention(Attention):
         return F.logsigmoid(self.gate_proj(x).float()).transpose(1, 2)
 
     def attend(self, x, q, k, v, cache, segment_ids=None):
+        if self.op_normalizes(cache):  # the op's own normalisation: fused into the CPU kernels' passes
+            self.auxiliary_loss = None
+            return self.by_heads(q, k, v, self.log_gate(x), segment_ids, qk_norm_eps=self.norm_eps)
         q, k = self.normalize(q, k)
         if self.options.gate == "key":  # the cache keeps every key's gate
             k, v, extras = self.with_cache(cache, k, v, log_gate=self.log_gate(x))
@@ -259,6 +262,13 @@ class TRAAttention(Attention):
             gate = self.log_gate(x)
         self.penalise(q, k, segment_ids)
         return self.by_heads(q, k, v, gate, segment_ids)
+
+    def op_normalizes(self, cache) -> bool:
+        """Whether the op normalises q and k (qk_norm_eps) instead of the layer: a training forward without a cache
+        whose normalised q and k nothing else reads (no learned temperature, no keep penalty, the query gate)."""
+        o = self.options
+        plain = self.log_temperature is None and o.gate == "query" and not o.keep_penalty
+        return self.training and cache is None and plain
 
     def penalise(self, q, k, segment_ids=None) -> None:
         """In training with keep_penalty: the weighted mean over the thresholded heads' allowed (query, key)
@@ -282,21 +292,21 @@ class TRAAttention(Attention):
         o = self.options
         return keep_rule(-math.inf, 0, o.dense_window), keep_rule(self.current_threshold(), o.local_window, 0)
 
-    def by_heads(self, q, k, v, log_gate, segment_ids=None) -> torch.Tensor:
+    def by_heads(self, q, k, v, log_gate, segment_ids=None, qk_norm_eps=None) -> torch.Tensor:
         """``op`` on every head, with no threshold on the first ``dense_heads`` of them. ``segment_ids`` (B, Sk):
         the keys' documents (-1: padding), for every head alike."""
         n = self.options.dense_heads
         documents = NO_DOCUMENTS if segment_ids is None else Documents(segment_ids)
         dense, thresholded = self.keep_rules()
         if not n:
-            return self.op(q, k, v, log_gate, thresholded, documents)
+            return self.op(q, k, v, log_gate, thresholded, documents, qk_norm_eps)
         # The first n heads keep every causal key (in their window, if any); the others are exact TRA with the
         # layer's threshold (and local window).
-        first = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], dense, documents)
-        others = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], thresholded, documents)
+        first = self.op(q[:, :n], k[:, :n], v[:, :n], log_gate[:, :n], dense, documents, qk_norm_eps)
+        others = self.op(q[:, n:], k[:, n:], v[:, n:], log_gate[:, n:], thresholded, documents, qk_norm_eps)
         return torch.cat([first, others], dim=1)
 
-    def op(self, q, k, v, log_gate, keep: KeepRule, documents: Documents = NO_DOCUMENTS) -> torch.Tensor:
+    def op(self, q, k, v, log_gate, keep: KeepRule, documents: Documents = NO_DOCUMENTS, qk_norm_eps=None):
         """The attention of these heads under ``keep`` and ``documents``: the TRA op with the configured
         implementation (every implementation serves the logit dropout of attention_dropout and the keep surrogate,
         in training), or with ``gate = 'key'`` the key-gate op (``log_gate`` then holds every key's gate). The op
@@ -306,7 +316,7 @@ class TRAAttention(Attention):
             aids = TrainingAids(logit_dropout=self.logit_dropout())
             scale = self.head_dim**-0.5
             return tra_key_gate_naive(q, k, v, log_gate, scale=scale, keep=keep, documents=documents, aids=aids)
-        if not (self.training or documents.packed):  # a CPU decoding step skips the op's checks (none can fail)
+        if not (self.training or documents.packed or qk_norm_eps):  # a CPU decoding step skips the op's checks
             out = cpu_decode_step(q, k, v, log_gate, scale=self.head_dim**-0.5, keep=keep, impl=self.options.impl)
             if out is not None:
                 return out
@@ -324,6 +334,7 @@ class TRAAttention(Attention):
             local_window=keep.local_window,
             sliding_window=keep.sliding_window,
             keep_surrogate=self.surrogate_temperature(keep.threshold),
+            qk_norm_eps=qk_norm_eps,
             validate=False,
             **packed,
         )

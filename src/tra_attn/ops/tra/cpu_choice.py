@@ -24,9 +24,9 @@ import torch
 
 from ...utils.atomic import atomic_write_text
 from ...utils.cpu_info import cpu_info
-from . import cpu_build
 from .chunked import tra_chunked
 from .contract import KeepRule
+from .cpu_build import RECORD, Kernels, cpu_signature, describe_build, kernels, read_record, switch
 from .fused_cpu import tra_cpu
 
 SHAPE = (1, 4, 1024, 64)  # B, H, S, D of the measurement
@@ -101,11 +101,11 @@ def _measure() -> Timing:
 
 
 def _machine_key(threads: int) -> str:
-    return f"{hashlib.sha256(cpu_build.cpu_signature().encode()).hexdigest()[:12]}:{threads}"
+    return f"{hashlib.sha256(cpu_signature().encode()).hexdigest()[:12]}:{threads}"
 
 
-def _stored(found: cpu_build.Kernels, threads: int) -> Timing | None:
-    record = cpu_build.read_record(found.folder) or {}
+def _stored(found: Kernels, threads: int) -> Timing | None:
+    record = read_record(found.folder) or {}
     entry = (record.get("speed") or {}).get(_machine_key(threads))
     try:
         return Timing(**{**entry, "shape": tuple(entry["shape"])}) if entry else None
@@ -113,28 +113,28 @@ def _stored(found: cpu_build.Kernels, threads: int) -> Timing | None:
         return None
 
 
-def _store(found: cpu_build.Kernels, timing: Timing) -> None:
+def _store(found: Kernels, timing: Timing) -> None:
     """Add the timing to the build's record (best effort: a read-only cache only costs a measurement later)."""
-    record = cpu_build.read_record(found.folder)
+    record = read_record(found.folder)
     if record is None or record.get("library") != found.record["library"]:
         return
     record.setdefault("speed", {})[_machine_key(timing.threads)] = asdict(timing)
     with contextlib.suppress(OSError):
-        atomic_write_text(found.folder / cpu_build.RECORD, json.dumps(record, indent=1) + "\n")
+        atomic_write_text(found.folder / RECORD, json.dumps(record, indent=1) + "\n")
 
 
-def forget_timing(found: cpu_build.Kernels) -> None:
+def forget_timing(found: Kernels) -> None:
     """Drop the stored measurement for this CPU at this process's thread count: the next ``timing`` measures."""
     timing.cache_clear()
-    record = cpu_build.read_record(found.folder)
+    record = read_record(found.folder)
     if record and (record.get("speed") or {}).pop(_machine_key(torch.get_num_threads()), None) is not None:
-        atomic_write_text(found.folder / cpu_build.RECORD, json.dumps(record, indent=1) + "\n")
+        atomic_write_text(found.folder / RECORD, json.dumps(record, indent=1) + "\n")
 
 
 @functools.cache
 def timing(threads: int) -> Timing | None:
     """The build's timing at ``threads`` threads: stored, else measured now (None without kernels)."""
-    found = cpu_build.kernels()
+    found = kernels()
     if found is None:
         return None
     stored = _stored(found, threads)
@@ -169,12 +169,12 @@ class Status:
 
 def status() -> Status:
     """What ``auto`` chooses at this process's thread count (building and measuring the kernels if needed)."""
-    mode, cpu = cpu_build.switch(), cpu_info().describe()
-    found = cpu_build.kernels()
+    mode, cpu = switch(), cpu_info().describe()
+    found = kernels()
     if found is None:
         reason = "TRA_CPU_KERNELS=0" if mode == "0" else "the kernels could not be built or loaded (see the notice)"
         return Status(False, reason, cpu, None, None, None)
-    build, library = cpu_build.describe_build(found), str(found.path)
+    build, library = describe_build(found), str(found.path)
     if mode == "1":
         return Status(True, "TRA_CPU_KERNELS=1 (not measured)", cpu, build, library, None)
     measured = timing(torch.get_num_threads())
@@ -187,7 +187,7 @@ def status() -> Status:
 
 def use_kernels() -> bool:
     """Whether ``auto`` runs the fused kernels in this process (at its current thread count)."""
-    mode = cpu_build.switch()
-    if mode == "0" or cpu_build.kernels() is None:
+    mode = switch()
+    if mode == "0" or kernels() is None:
         return False
     return mode == "1" or timing(torch.get_num_threads()).kernels_win

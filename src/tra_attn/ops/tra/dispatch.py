@@ -11,10 +11,11 @@ from typing import NamedTuple
 import torch
 
 from ..autocast import no_autocast
-from . import cpu_choice
+from ..rms import rms_normalize
 from .chunked import tra_chunked
 from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
 from .cpu_build import library as cpu_library
+from .cpu_choice import use_kernels
 from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
 from .fused_cpu import tra_cpu, tra_cpu_decode
 from .naive import tra_naive
@@ -30,13 +31,15 @@ _FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 class Call(NamedTuple):
     """A call's checked arguments: the score scale (resolved), its keep rule, documents and training aids (the seed
-    not drawn yet: ``TrainingAids.drawn``), and the early exit's prune_tau (chunked and Triton only)."""
+    not drawn yet: ``TrainingAids.drawn``), the early exit's prune_tau (chunked and Triton only), and the RMS norm's
+    epsilon of q and k (None: used as given)."""
 
     scale: float
     keep: KeepRule
     documents: Documents
     aids: TrainingAids
     prune_tau: float | None
+    qk_norm_eps: float | None = None
 
 
 def validate_inputs(
@@ -58,6 +61,7 @@ def validate_inputs(
     cu_seqlens=None,
     key_padding_mask=None,
     segment_ids=None,
+    qk_norm_eps=None,
 ) -> Call:
     """Check a call once and build its contract (``contract.py``): a ValueError names the argument, its value and
     what was expected.
@@ -98,6 +102,8 @@ def validate_inputs(
         fail("prune_tau", shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
     aids = TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
     _check_served(impl, prune_tau, aids)
+    if qk_norm_eps is not None and not (is_number(qk_norm_eps) and math.isfinite(qk_norm_eps) and qk_norm_eps > 0):
+        fail("qk_norm_eps", shown(qk_norm_eps), "None or a finite positive number (the RMS norm's epsilon)")
     if impl == "cpu" and q.device.type != "cpu":
         fail("impl", "'cpu'", f"CPU tensors for the fused CPU kernels (q is on {q.device})")
     if impl == "triton":
@@ -120,7 +126,8 @@ def validate_inputs(
         check_values=check_values,
     )
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    return Call(scale, keep, documents, aids, None if prune_tau is None else float(prune_tau))
+    qk_norm_eps = None if qk_norm_eps is None else float(qk_norm_eps)
+    return Call(scale, keep, documents, aids, None if prune_tau is None else float(prune_tau), qk_norm_eps)
 
 
 def _check_served(impl: str, prune_tau, aids: TrainingAids) -> None:
@@ -159,6 +166,7 @@ def threshold_relative_attention(
     cu_seqlens: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
     segment_ids: torch.Tensor | None = None,
+    qk_norm_eps: float | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
@@ -211,6 +219,9 @@ def threshold_relative_attention(
             and in the same document, on top of the rule above (windows still measured in positions); a
             padding query keeps nothing and outputs 0. Each document gets exactly the op run on it alone;
             docs/op_contract.md, section 9, and docs/varlen.md.
+        qk_norm_eps: eps > 0 RMS-normalises q and k per head first, x * rsqrt(mean(x^2) + eps) without an affine
+            weight (as the TRA layer does; F.rms_norm's values): the fused CPU kernels do it in their own passes,
+            every other implementation calls rms_norm. None (the default): q and k are used as given.
         validate: also check the values of ``log_gate`` (<= 0) and of the document arguments. Those checks
             read the data, a host synchronisation on a GPU and a graph break under torch.compile, so
             callers whose inputs are valid by construction (a logsigmoid gate, as in the TRA layer) pass
@@ -248,10 +259,14 @@ def threshold_relative_attention(
         cu_seqlens=cu_seqlens,
         key_padding_mask=key_padding_mask,
         segment_ids=segment_ids,
+        qk_norm_eps=qk_norm_eps,
     )
     if call.aids.logit_dropout or call.aids.dropout_seed is not None:
         call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
     impl = _resolve(impl, q, k, v, log_gate, call)
+    if call.qk_norm_eps is not None and not (impl == "cpu" and cpu_kernels_available()):  # the kernels normalise
+        q, k = rms_normalize(q, call.qk_norm_eps), rms_normalize(k, call.qk_norm_eps)
+        call = call._replace(qk_norm_eps=None)
     if impl == "cpu" and cpu_checks_itself(q, k, v, log_gate, call):  # no pass over the cache: the kernel's rows
         return tra_cpu_decode(q, k, v, log_gate, scale=call.scale, keep=call.keep)  # apply the contract
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
@@ -286,7 +301,7 @@ def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
 def cpu_checks_itself(q, k, v, log_gate, call: Call) -> bool:
     """Whether the fused CPU kernels apply the non-finite contract themselves: a decoding step of one query per
     row that sees every key (no documents, no sliding window), no training aid, no early exit, no gradient."""
-    plain = call.prune_tau is None and not call.aids.active and call.documents.ids is None
+    plain = call.prune_tau is None and not call.aids.active and call.documents.ids is None and not call.qk_norm_eps
     return plain and _cpu_decodes(q, k, v, log_gate, call.keep) and cpu_kernels_available()
 
 
@@ -317,7 +332,7 @@ def _dispatch(q, k, v, log_gate, impl: str, call: Call):
         run = tra_surrogate if call.aids.keep_surrogate else tra_naive
         return run(q, k, v, log_gate, **contract, aids=call.aids)
     if impl == "cpu" and cpu_kernels_available():
-        return tra_cpu(q, k, v, log_gate, **contract, aids=call.aids)
+        return tra_cpu(q, k, v, log_gate, **contract, aids=call.aids, norm_eps=call.qk_norm_eps or 0.0)
     if impl == "triton":
         from .triton_op import forward_stats, tra_triton
 
@@ -350,7 +365,7 @@ def cpu_kernels_available() -> bool:
 def cpu_kernels_chosen() -> bool:
     """Whether ``auto`` runs TRA on the fused CPU kernels: built, and faster than the chunked path on this machine
     (cpu_choice.py: measured once per build, CPU and thread count; TRA_CPU_KERNELS=1 skips the measurement)."""
-    return cpu_choice.use_kernels()
+    return use_kernels()
 
 
 def triton_available() -> bool:

@@ -2,9 +2,13 @@
 
 It serves what the chunked path serves but the early exit: the threshold, both windows, documents and padding,
 the keep surrogate and the logit dropout (the same hash mask), rows with no kept key, fp32 and fp64 (bf16 and
-fp16 run in fp32, as everywhere). Forward and backward are two ``torch.library`` custom ops, so torch.compile
-keeps them in its graph; their autograd formula is the kernels' backward. A call of at most 4 queries without
-dropout (decoding) runs one row per thread pass over its keys instead of the tiled kernel. docs/cpu_op.md.
+fp16 run in fp32, as everywhere), and RMS-normalises q and k in the kernels when asked (``norm_eps``). Forward and
+backward are two ``torch.library`` custom ops, so torch.compile keeps them in its graph; their autograd formula is
+the kernels' backward. The kernels read q, k, v and write the output and the gradients in the tensors' own
+layout, any (B, H, S, D) whose rows of D are contiguous: a projection's output split into heads, (B, S, H, D) in
+memory, is read in place and its gradients come back in that layout, so no transpose is copied on either side.
+A call of at most 4 queries without dropout (decoding) runs one row per thread pass over its keys instead of the
+tiled kernel. docs/cpu_op.md.
 """
 
 from __future__ import annotations
@@ -21,8 +25,14 @@ from .cpu_build import library
 from .dropout import LogitDropout
 
 
+class Rows(ctypes.Structure):
+    """The kernels' ``Rows`` (cpu/params.h): element strides of a (B, H, S, D) tensor's batch, head and row."""
+
+    _fields_ = [("b", ctypes.c_int64), ("h", ctypes.c_int64), ("s", ctypes.c_int64)]
+
+
 class Params(ctypes.Structure):
-    """The kernels' ``Params`` (cpu/tra_cpu.cpp), field for field."""
+    """The kernels' ``Params`` (cpu/params.h), field for field."""
 
     _fields_ = [
         ("n", ctypes.c_int64),
@@ -43,10 +53,17 @@ class Params(ctypes.Structure):
         ("drop_scale", ctypes.c_double),
         ("tau", ctypes.c_double),
         ("threads", ctypes.c_int64),
-        ("k_stride", ctypes.c_int64),
-        ("v_stride", ctypes.c_int64),
+        ("q_rows", Rows),
+        ("k_rows", Rows),
+        ("v_rows", Rows),
+        ("o_rows", Rows),
+        ("do_rows", Rows),
+        ("dq_rows", Rows),
+        ("dk_rows", Rows),
+        ("dv_rows", Rows),
         ("checked", ctypes.c_int64),
         ("tiles", ctypes.c_void_p),
+        ("norm_eps", ctypes.c_double),
     ]
 
 
@@ -66,12 +83,20 @@ def counting_tiles():
         _tile_counter = None
 
 
-def tile_counter() -> int | None:
-    return None if _tile_counter is None else ctypes.addressof(_tile_counter)
-
-
 def pointer(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def rows(t: torch.Tensor | None) -> Rows:
+    """The row layout of a (B, H, S, D) tensor with contiguous rows (``readable``)."""
+    return Rows() if t is None else Rows(t.stride(0), t.stride(1), t.stride(2))
+
+
+def readable(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` (B, H, S, D) in ``dtype`` as the kernels read it: itself if its rows of D are contiguous, whatever the
+    strides of B, H and S (a projection split into heads, a slice of a KV cache), else a copy."""
+    t = t if t.dtype == dtype else t.to(dtype)
+    return t if t.stride(3) == 1 or t.shape[3] <= 1 else t.contiguous()
 
 
 @functools.cache
@@ -84,39 +109,35 @@ def kernel(name: str, dtype: torch.dtype):
     return function
 
 
-def params(q, k, v, heads, scale, threshold, local, sliding, segments, drop_rows, drop_cols, p32, drop_scale, tau,
-           checked=False):  # fmt: skip
-    n, sq, d = q.shape
+def params(q, k, v, scale, threshold, local, sliding, segments, drop_rows, drop_cols, p32, drop_scale, tau, norm_eps,
+           out=None, grads=(None, None, None, None), checked=False):  # fmt: skip
+    """The kernels' Params of a call on (B, H, S, D) tensors: ``out`` the output (forward) or the one the backward
+    reads, ``grads`` (dout, dq, dk, dv) in the backward."""
+    b, h, sq, d = q.shape
     keys, queries, starts = segments
+    dout, dq, dk, dv = grads
     return Params(
-        n, heads, sq, k.shape[1], d, scale, threshold, local, sliding, pointer(keys), pointer(queries), pointer(starts),
-        pointer(drop_rows), pointer(drop_cols), p32, drop_scale, tau, torch.get_num_threads(), k.stride(0),
-        v.stride(0), int(checked), tile_counter(),
+        b * h, h, sq, k.shape[2], d, scale, threshold, local, sliding, pointer(keys), pointer(queries), pointer(starts),
+        pointer(drop_rows), pointer(drop_cols), p32, drop_scale, tau, torch.get_num_threads(), rows(q), rows(k),
+        rows(v), rows(out), rows(dout), rows(dq), rows(dk), rows(dv), int(checked),
+        None if _tile_counter is None else ctypes.addressof(_tile_counter), norm_eps,
     )  # fmt: skip
 
 
-def rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """``t`` (N, S, D) itself if each n's (S, D) rows are contiguous (a slice of a longer cache is), else a copy."""
-    s, d = t.shape[1:]
-    if (t.stride(2) == 1 or d <= 1) and (t.stride(1) == d or s <= 1):
-        return t
-    return t.contiguous()
-
-
-def run_forward(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, heads, scale, threshold,
-                local_window, sliding_window, drop_p32, drop_scale, tau, checked=False):  # fmt: skip
-    """The forward kernel on flattened inputs (see ``cpu_forward``): (out, lse, m, dropped values, dropped count),
-    the last two None unless dropout and the surrogate are both on. ``checked``: a decoding call whose rows apply
-    the non-finite contract themselves (``decode_row`` in the kernels)."""
-    n, sq, d = q.shape
-    out = torch.empty_like(q)
-    lse = torch.empty((n, sq), dtype=q.dtype)
-    m = torch.empty((n, sq), dtype=q.dtype)
+def run_forward(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, scale, threshold,
+                local_window, sliding_window, drop_p32, drop_scale, tau, norm_eps, checked=False):  # fmt: skip
+    """The forward kernel (see ``cpu_forward``): (out, lse, m, dropped values, dropped count), the last two None
+    unless dropout and the surrogate are both on. ``checked``: a decoding call whose rows apply the non-finite
+    contract themselves (``decode_row`` in the kernels)."""
+    b, h, sq, d = q.shape
+    out = torch.empty_like(q)  # q's layout: a projection's split into heads gives one the output projection reads
+    lse = torch.empty((b * h, sq), dtype=q.dtype)
+    m = torch.empty((b * h, sq), dtype=q.dtype)
     sums = drop_rows is not None and tau > 0
-    dvals = torch.empty((n, sq, d), dtype=q.dtype) if sums else None
-    dcount = torch.empty((n, sq), dtype=q.dtype) if sums else None
-    p = params(q, k, v, heads, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
-               drop_rows, drop_cols, drop_p32, drop_scale, tau, checked)  # fmt: skip
+    dvals = torch.empty((b * h, sq, d), dtype=q.dtype) if sums else None
+    dcount = torch.empty((b * h, sq), dtype=q.dtype) if sums else None
+    p = params(q, k, v, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
+               drop_rows, drop_cols, drop_p32, drop_scale, tau, norm_eps, out=out, checked=checked)  # fmt: skip
     kernel("forward", q.dtype)(p, *map(pointer, (q, k, v, log_gate, out, lse, m, dvals, dcount)))
     return out, lse, m, dvals, dcount
 
@@ -132,7 +153,6 @@ def cpu_forward(
     seg_starts: torch.Tensor | None,
     drop_rows: torch.Tensor | None,
     drop_cols: torch.Tensor | None,
-    heads: int,
     scale: float,
     threshold: float,
     local_window: int,
@@ -140,29 +160,30 @@ def cpu_forward(
     drop_p32: int,
     drop_scale: float,
     tau: float,
+    norm_eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, lse, m, dropped values, dropped count) of flattened q (N, Sq, D), k, v (N, Sk, D; each n's rows
-    contiguous), log_gate (N, Sq): lse +inf and m -inf on rows with no kept key; the dropped sums (the kept keys
-    whose logit the dropout zeroed: the surrogate's backward reads them) are empty unless both dropout and the
-    surrogate are on."""
+    """(out, lse, m, dropped values, dropped count) of q (B, H, Sq, D), k, v (B, H, Sk, D), each with contiguous
+    rows, and log_gate (B * H, Sq) contiguous: out in q's layout, lse +inf and m -inf on rows with no kept key;
+    the dropped sums (the kept keys whose logit the dropout zeroed: the surrogate's backward reads them) are empty
+    unless both dropout and the surrogate are on."""
     out, lse, m, dvals, dcount = run_forward(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows,
-                                             drop_cols, heads, scale, threshold, local_window, sliding_window,
-                                             drop_p32, drop_scale, tau)  # fmt: skip
+                                             drop_cols, scale, threshold, local_window, sliding_window, drop_p32,
+                                             drop_scale, tau, norm_eps)  # fmt: skip
     none = q.new_empty((0,))
     return out, lse, m, none if dvals is None else dvals, none.clone() if dcount is None else dcount
 
 
 @cpu_forward.register_fake
-def _(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, heads, scale, threshold,
-      local_window, sliding_window, drop_p32, drop_scale, tau):  # fmt: skip
-    n, sq, d = q.shape
+def _(q, k, v, log_gate, seg_keys, seg_queries, seg_starts, drop_rows, drop_cols, scale, threshold, local_window,
+      sliding_window, drop_p32, drop_scale, tau, norm_eps):  # fmt: skip
+    b, h, sq, d = q.shape
     sums = drop_rows is not None and tau > 0
     return (
         torch.empty_like(q),
-        q.new_empty((n, sq)),
-        q.new_empty((n, sq)),
-        q.new_empty((n, sq, d) if sums else (0,)),
-        q.new_empty((n, sq) if sums else (0,)),
+        q.new_empty((b * h, sq)),
+        q.new_empty((b * h, sq)),
+        q.new_empty((b * h, sq, d) if sums else (0,)),
+        q.new_empty((b * h, sq) if sums else (0,)),
     )
 
 
@@ -183,7 +204,6 @@ def cpu_backward(
     seg_starts: torch.Tensor | None,
     drop_rows: torch.Tensor | None,
     drop_cols: torch.Tensor | None,
-    heads: int,
     scale: float,
     threshold: float,
     local_window: int,
@@ -191,14 +211,16 @@ def cpu_backward(
     drop_p32: int,
     drop_scale: float,
     tau: float,
+    norm_eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, dlog_gate) from the forward's statistics and the output's gradient."""
+    """(dq, dk, dv, dlog_gate) from the forward's statistics and the output's gradient, each gradient in its
+    input's layout."""
     dq, dk, dv, dg = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(log_gate)
-    grad_out = grad_out.to(q.dtype).contiguous()
-    sums = dvals.numel() > 0
-    p = params(q, k, v, heads, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
-               drop_rows, drop_cols, drop_p32, drop_scale, tau)  # fmt: skip
-    sums = (dvals, dcount) if sums else (None, None)
+    grad_out = readable(grad_out, q.dtype)
+    sums = (dvals, dcount) if dvals.numel() > 0 else (None, None)
+    p = params(q, k, v, scale, threshold, local_window, sliding_window, (seg_keys, seg_queries, seg_starts),
+               drop_rows, drop_cols, drop_p32, drop_scale, tau, norm_eps, out=out,
+               grads=(grad_out, dq, dk, dv))  # fmt: skip
     tensors = (q, k, v, log_gate, out, lse, m, *sums, grad_out, dq, dk, dv, dg)
     kernel("backward", q.dtype)(p, *map(pointer, tensors))
     return dq, dk, dv, dg
@@ -209,7 +231,7 @@ def _(q, k, v, log_gate, *rest):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(log_gate)
 
 
-OPTIONS = 9  # the forward's arguments after its tensors q, k, v, log_gate and the five optional ones
+OPTIONS = 8  # the forward's arguments after its tensors q, k, v, log_gate and the five optional ones
 
 
 def _setup_context(ctx, inputs, output):
@@ -225,7 +247,7 @@ def _backward(ctx, grad_out, *unused):
     given = iter(given)
     optional = [next(given) if present else None for present in ctx.present]
     dq, dk, dv, dg = cpu_backward(q, k, v, log_gate, out, lse, m, dvals, dcount, grad_out, *optional, *ctx.options)
-    return (dq, dk, dv, dg) + (None,) * (5 + OPTIONS - 1)
+    return (dq, dk, dv, dg) + (None,) * (5 + OPTIONS)
 
 
 cpu_forward.register_autograd(_backward, setup_context=_setup_context)
@@ -241,17 +263,17 @@ def tra_cpu(
     keep: KeepRule,
     documents: Documents = NO_DOCUMENTS,
     aids: TrainingAids = NO_AIDS,
+    norm_eps: float = 0.0,
 ):
     """TRA on the fused CPU kernels for q (B, H, Sq, D), k, v (B, H, Sk, D), log_gate (B, H, Sq) on the CPU;
-    output in q's dtype. ``keep`` and ``documents`` decide the kept keys, every aid is served (the dropout mask of
-    ``aids.dropout_seed``; the surrogate's forward is exact TRA); finite inputs (``nonfinite.sanitize``). Keys
-    and values are read in place when each head's rows are contiguous (a slice of a KV cache)."""
-    b, h, sq, d = q.shape
+    output in q's dtype and layout. ``keep`` and ``documents`` decide the kept keys, every aid is served (the
+    dropout mask of ``aids.dropout_seed``; the surrogate's forward is exact TRA); ``norm_eps`` > 0 RMS-normalises q
+    and k per row first, in the kernels; finite inputs (``nonfinite.sanitize``)."""
+    (b, h, sq, _), dtype = q.shape, q.dtype
     sk = k.shape[2]
-    cdt = compute_dtype(q.dtype)
-    flat_q = q.reshape(b * h, sq, d).to(cdt).contiguous()
+    cdt = compute_dtype(dtype)
+    q, k, v = (readable(t, cdt) for t in (q, k, v))
     flat_g = log_gate.reshape(b * h, sq).to(cdt).contiguous()
-    flat_k, flat_v = (rows_contiguous(t.reshape(b * h, sk, d).to(cdt)) for t in (k, v))
     segments = documents.segments(sq)
     seg = (None, None, None) if segments is None else tuple(segments)
     drop_rows = drop_cols = None
@@ -260,40 +282,29 @@ def tra_cpu(
         dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, sk, q.device)
         drop_rows, drop_cols = dropout.rows.reshape(b * h, sq).contiguous(), dropout.cols.contiguous()
         p32, drop_scale = dropout.p32, dropout.scale
-    args = (flat_q, flat_k, flat_v, flat_g, *seg, drop_rows, drop_cols, h, float(scale), keep.threshold,
-            keep.local_window, keep.sliding_window, p32, drop_scale, aids.surrogate_for(keep))  # fmt: skip
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, log_gate))
+    args = (q, k, v, flat_g, *seg, drop_rows, drop_cols, float(scale), keep.threshold, keep.local_window,
+            keep.sliding_window, p32, drop_scale, aids.surrogate_for(keep), float(norm_eps))  # fmt: skip
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, flat_g))
     # Without autograd to record, the kernel itself: the custom op's dispatch costs about 20 us a call.
     forward = cpu_forward if needs_grad or torch.compiler.is_compiling() else run_forward
     out = forward(*args)[0]
-    return out.reshape(b, h, sq, d).to(q.dtype)
+    return out if cdt == dtype else out.to(dtype)
 
 
 def tra_cpu_decode(q, k, v, log_gate, *, scale: float, keep: KeepRule):
     """``tra_cpu`` with ``checked`` for a decoding step (one query per row, no gradient, no documents, no sliding
     window, no aid): the kernel's rows apply the non-finite contract, and nothing else runs in Python that the
     step can do without (a decoding step is a few microseconds of work per layer: each tensor operation here
-    costs a tenth of the kernel at 2k of context)."""
-    (b, h, sq, d), dtype = q.shape, q.dtype
+    costs a tenth of the kernel at 2k of context). Keys and values are read in place from the cache's buffer."""
+    dtype = q.dtype
     cdt = compute_dtype(dtype)
-    q, k, v, log_gate = (t if t.dtype == cdt else t.to(cdt) for t in (q, k, v, log_gate))
-    q, log_gate = q.contiguous(), log_gate.contiguous()
-    k, v = (t if head_stride(t) else t.contiguous() for t in (k, v))
-    out, stats = torch.empty((b, h, sq, d), dtype=cdt), torch.empty((2, b * h * sq), dtype=cdt)
-    p = Params(b * h, h, sq, k.shape[2], d, scale, keep.threshold, keep.local_window, 0, None, None, None, None, None,
-               0, 1.0, 0.0, torch.get_num_threads(), head_stride(k), head_stride(v), 1)  # fmt: skip
+    q, k, v = (readable(t, cdt) for t in (q, k, v))
+    b, h, sq, _ = q.shape
+    gate = (log_gate if log_gate.dtype == cdt else log_gate.to(cdt)).contiguous()
+    out, stats = torch.empty_like(q), torch.empty((2, b * h * sq), dtype=cdt)
+    p = params(q, k, v, scale, keep.threshold, keep.local_window, 0, (None, None, None), None, None, 0, 1.0, 0.0, 0.0,
+               out=out, checked=True)  # fmt: skip
     lse = stats.data_ptr()
-    kernel("forward", cdt)(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), log_gate.data_ptr(), out.data_ptr(), lse,
+    kernel("forward", cdt)(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), gate.data_ptr(), out.data_ptr(), lse,
                            lse + b * h * sq * stats.element_size(), None, None)  # fmt: skip
     return out if cdt == dtype else out.to(dtype)
-
-
-def head_stride(t: torch.Tensor) -> int:
-    """The stride between the (S, D) blocks of ``t`` (B, H, S, D) read as (B * H, S, D) with contiguous rows (a slice
-    of a longer KV cache is), or 0 where that view does not exist."""
-    b, h, s, d = t.shape
-    if not ((t.stride(3) == 1 or d <= 1) and (t.stride(2) == d or s <= 1)):
-        return 0
-    if h <= 1:
-        return t.stride(0) if b > 1 else max(s * d, 1)
-    return t.stride(1) if b <= 1 or t.stride(0) == h * t.stride(1) else 0

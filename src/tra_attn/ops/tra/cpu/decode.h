@@ -13,10 +13,10 @@ namespace tra {
 
 constexpr int64_t DECODE_MAX_QUERIES = 4;  // a call of at most this many queries runs row by row
 
-// scores[x] = scale * q . k_x for ``count`` keys of row stride D: a lane's worth of keys at a time, each key's
+// scores[x] = scale * q . k_x for ``count`` keys, rows ``ks`` apart: a lane's worth of keys at a time, each key's
 // products summed over the head dimension in a vector, the vectors reduced together (lane_sums).
 template <class T>
-static void row_scores(const T* q, const T* k, int64_t count, int64_t D, T scale, T* scores) {
+static void row_scores(const T* q, const T* k, int64_t ks, int64_t count, int64_t D, T scale, T* scores) {
   constexpr int L = lanes<T>();
   const int64_t full = D / L * L;
   int64_t x = 0;
@@ -24,7 +24,7 @@ static void row_scores(const T* q, const T* k, int64_t count, int64_t D, T scale
     for (; x + L <= count; x += L) {
       Vec<T> acc[L];
       for (int t = 0; t < L; ++t) {
-        const T* kt = k + (x + t) * D;
+        const T* kt = k + (x + t) * ks;
         Vec<T> a = Vec<T>{};
         for (int64_t d = 0; d < full; d += L) a += loadu(q + d) * loadu(kt + d);
         acc[t] = a;
@@ -32,13 +32,13 @@ static void row_scores(const T* q, const T* k, int64_t count, int64_t D, T scale
       Vec<T> sums = lane_sums<T>(acc);
       for (int t = 0; t < L; ++t) {
         T rest = 0;
-        for (int64_t d = full; d < D; ++d) rest += q[d] * k[(x + t) * D + d];
+        for (int64_t d = full; d < D; ++d) rest += q[d] * k[(x + t) * ks + d];
         scores[x + t] = (sums[t] + rest) * scale;
       }
     }
   }
   for (; x < count; ++x) {
-    const T* kx = k + x * D;
+    const T* kx = k + x * ks;
     T s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t d = 0; d < D; ++d) s += q[d] * kx[d];
@@ -46,27 +46,27 @@ static void row_scores(const T* q, const T* k, int64_t count, int64_t D, T scale
   }
 }
 
-// o (D) = sum over x < count of w[x] v_x, v of row stride D: one head-dimension vector at a time, four keys'
+// o (D) = sum over x < count of w[x] v_x, rows of v ``vs`` apart: one head-dimension vector at a time, four keys'
 // products in flight (independent accumulators in registers, not a store per key).
 template <class T>
-static void weighted_sum(const T* w, const T* v, int64_t count, int64_t D, T* o) {
+static void weighted_sum(const T* w, const T* v, int64_t vs, int64_t count, int64_t D, T* o) {
   constexpr int L = lanes<T>();
   int64_t d = 0;
   for (; d + L <= D; d += L) {
     Vec<T> a0{}, a1{}, a2{}, a3{};
     int64_t x = 0;
     for (; x + 4 <= count; x += 4) {
-      a0 += w[x] * loadu(v + x * D + d);
-      a1 += w[x + 1] * loadu(v + (x + 1) * D + d);
-      a2 += w[x + 2] * loadu(v + (x + 2) * D + d);
-      a3 += w[x + 3] * loadu(v + (x + 3) * D + d);
+      a0 += w[x] * loadu(v + x * vs + d);
+      a1 += w[x + 1] * loadu(v + (x + 1) * vs + d);
+      a2 += w[x + 2] * loadu(v + (x + 2) * vs + d);
+      a3 += w[x + 3] * loadu(v + (x + 3) * vs + d);
     }
-    for (; x < count; ++x) a0 += w[x] * loadu(v + x * D + d);
+    for (; x < count; ++x) a0 += w[x] * loadu(v + x * vs + d);
     storeu(o + d, (a0 + a1) + (a2 + a3));
   }
   for (; d < D; ++d) {
     T a = 0;
-    for (int64_t x = 0; x < count; ++x) a += w[x] * v[x * D + d];
+    for (int64_t x = 0; x < count; ++x) a += w[x] * v[x * vs + d];
     o[d] = a;
   }
 }
@@ -83,19 +83,20 @@ template <class T>
 static void decode_row(const Params& p, int64_t n, int64_t r, const T* q, const T* k, const T* v, const T* g, T* out,
                        T* lse, T* mx, T* scores, int32_t* counts, bool checked) {
   const int64_t D = p.d, offset = p.sk - p.sq, pos = offset + r, b = n / p.heads;
-  const T* qr = q + (n * p.sq + r) * D;
-  const T* kn = k + n * p.k_stride;
-  const T* vn = v + n * p.v_stride;
+  const T* qr = p.q_rows.at(q, n, p.heads, r);
+  const T* kn = p.k_rows.at(k, n, p.heads, 0);
+  const T* vn = p.v_rows.at(v, n, p.heads, 0);
+  const int64_t ks = p.k_rows.s, vs = p.v_rows.s;
   int64_t jlo = p.sliding_window ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
   const int32_t qid = p.seg_queries ? p.seg_queries[b * p.sq + r] : 0;
   if (p.seg_starts) jlo = std::max<int64_t>(jlo, p.seg_starts[b * p.sq + r]);
   const T scale = T(p.scale), gate = g[n * p.sq + r], thr = T(p.threshold);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  T* o = out + (n * p.sq + r) * D;
+  T* o = p.o_rows.at(out, n, p.heads, r);
   const int64_t count = std::max<int64_t>(0, pos + 1 - jlo);
-  const T* kb = kn + jlo * D;
-  const T* vb = vn + jlo * D;
-  row_scores(qr, kb, count, D, scale, scores);
+  const T* kb = kn + jlo * ks;
+  const T* vb = vn + jlo * vs;
+  row_scores(qr, kb, ks, count, D, scale, scores);
   T bad = gate * T(0);  // NaN once anything the row reads is not finite
   const int64_t local = p.local_window;
 #pragma omp simd reduction(+ : bad)
@@ -138,7 +139,7 @@ static void decode_row(const Params& p, int64_t n, int64_t r, const T* q, const 
     norm += scores[x];
   }
   for (int64_t d = 0; d < D; ++d) o[d] = T(0);
-  if (top != neg_inf || checked) weighted_sum(scores, vb, count, D, o);
+  if (top != neg_inf || checked) weighted_sum(scores, vb, vs, count, D, o);
   const T inv = norm > T(0) ? T(1) / norm : T(0);
   bool poisoned = checked && !(bad == T(0));
   if (checked)

@@ -4,7 +4,8 @@
 //   rows_product  C (M x W) (into) A B   the vectors along W, a row block's query lanes: S^T = K Q^T and
 //                 dP^T = V dO^T (A a key block, reduction over D), O^T += V^T P^T and dQ^T += K^T dS^T (A a key
 //                 block read transposed, reduction over its keys)
-//   cols_product  C (M x D) += A B       the vectors along the head dimension D (any D: a scalar tail):
+//   cols_product  C (M x D) += A B       the vectors along the head dimension D (any D: a scalar tail; rows of B
+//                                        and C at any stride):
 //                 dV += P dO and dK += dS Q (A a transposed tile, reduction over the row block's lanes)
 #pragma once
 
@@ -116,20 +117,21 @@ static inline void cols_chunk(int M, int K, const T* A, int W, const T* B, int64
   if (m < M) cols_rest<T, R, NC>(M - m, K, A + m * W, W, B, ldb, C + m * ldc, ldc);
 }
 
-// C (M x D, row stride D) += A (M x K, row stride W) B (K x D, row stride D): the head dimension in chunks of
+// C (M x D, row stride ldc) += A (M x K, row stride W) B (K x D, row stride ldb): the head dimension in chunks of
 // MAX_VECTORS vectors, then of 2 and 1, then its scalar tail.
 template <class T>
-static void cols_product(int M, int K, int D, const T* A, int W, const T* B, T* C) {
+static void cols_product(int M, int K, int D, const T* A, int W, const T* B, int64_t ldb, T* C, int64_t ldc) {
   constexpr int L = lanes<T>();
   int d = 0;
-  for (; d + MAX_VECTORS * L <= D; d += MAX_VECTORS * L) cols_chunk<T, MAX_VECTORS>(M, K, A, W, B + d, D, C + d, D);
-  if (MAX_VECTORS > 2 && d + 2 * L <= D) cols_chunk<T, 2>(M, K, A, W, B + d, D, C + d, D), d += 2 * L;
-  if (d + L <= D) cols_chunk<T, 1>(M, K, A, W, B + d, D, C + d, D), d += L;
+  for (; d + MAX_VECTORS * L <= D; d += MAX_VECTORS * L)
+    cols_chunk<T, MAX_VECTORS>(M, K, A, W, B + d, ldb, C + d, ldc);
+  if (MAX_VECTORS > 2 && d + 2 * L <= D) cols_chunk<T, 2>(M, K, A, W, B + d, ldb, C + d, ldc), d += 2 * L;
+  if (d + L <= D) cols_chunk<T, 1>(M, K, A, W, B + d, ldb, C + d, ldc), d += L;
   if (d < D) {
     for (int m = 0; m < M; ++m)
       for (int k = 0; k < K; ++k) {
         const T a = A[m * W + k];
-        for (int dd = d; dd < D; ++dd) C[m * D + dd] += a * B[k * D + dd];
+        for (int dd = d; dd < D; ++dd) C[m * ldc + dd] += a * B[k * ldb + dd];
       }
   }
 }

@@ -7,6 +7,16 @@
 
 namespace tra {
 
+// Where the rows of a (B, H, S, D) tensor are: element strides of its batch, head and sequence dimensions, each
+// row's D elements contiguous (a projection's output split into heads, (B, S, H, D) in memory, as much as a
+// contiguous tensor or a slice of a KV cache).
+struct Rows {
+  int64_t b, h, s;
+  template <class T> T* at(T* base, int64_t n, int64_t heads, int64_t row) const {
+    return base + (n / heads) * b + (n % heads) * h + row * s;
+  }
+};
+
 struct Params {
   int64_t n, heads, sq, sk, d;  // n = batch * heads
   double scale, threshold;      // threshold may be -inf
@@ -20,9 +30,11 @@ struct Params {
   double drop_scale;           // 1 / (1 - p)
   double tau;                  // keep surrogate temperature (0: off)
   int64_t threads;
-  int64_t k_stride, v_stride;  // elements from one n to the next in k and v (rows of one n are contiguous)
-  int64_t checked;             // decoding applies the non-finite contract itself (decode_row)
-  int64_t* tiles;              // null, or where the tiled forward and backward add the tiles they computed
+  Rows q_rows, k_rows, v_rows, o_rows;     // the inputs and the output
+  Rows do_rows, dq_rows, dk_rows, dv_rows;  // the output's gradient and the inputs' (backward)
+  int64_t checked;              // decoding applies the non-finite contract itself (decode_row)
+  int64_t* tiles;               // null, or where the tiled forward and backward add the tiles they computed
+  double norm_eps;              // > 0: q and k are RMS-normalised per row, x rsqrt(mean(x^2) + eps), in the kernels
 };
 
 // A zeroed, 64-byte aligned array of ``count`` T.

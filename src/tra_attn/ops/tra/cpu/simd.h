@@ -106,8 +106,8 @@ static inline Vec<float> exp_in_range(Vec<float> x) {
 #if defined(__AVX512F__)
   return (Vec<float>)_mm512_scalef_ps((__m512)p, (__m512)n);  // p 2^n
 #else
-  const Vec<int32_t> bits = (__builtin_convertvector(n, Vec<int32_t>) + 127) << 23;
-  return p * (Vec<float>)bits;  // 2^n: n + 127 in the exponent's bits
+  // p 2^n: n added to p's exponent bits (p is within [0.7, 1.5] and n >= -116: the result is a normal number)
+  return (Vec<float>)((Vec<int32_t>)p + (__builtin_convertvector(n, Vec<int32_t>) << 23));
 #endif
 }
 static inline Vec<double> exp_in_range(Vec<double> x) {

@@ -83,24 +83,26 @@ template <class T> struct RowBlock {
 // visits: a pass over a tile's keys is short of memory operations, and the products after it read these rows.
 struct Prefetch {
   const char* base = nullptr;
-  int64_t row_bytes = 0;
-  template <class T> static Prefetch rows(const T* first_row, int64_t row_length) {
-    return Prefetch{reinterpret_cast<const char*>(first_row), row_length * static_cast<int64_t>(sizeof(T))};
+  int64_t stride = 0, bytes = 0;  // from one row to the next, and of a row
+  template <class T> static Prefetch rows(const T* first_row, int64_t row_stride, int64_t row_length) {
+    return Prefetch{reinterpret_cast<const char*>(first_row), row_stride * int64_t(sizeof(T)),
+                    row_length * int64_t(sizeof(T))};
   }
   void row(int jj) const {
     if (base)
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(base + jj * row_bytes + b, 0, 3);
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(base + jj * stride + b, 0, 3);
   }
 };
 
 // Keys [j0, j0 + nb) of a tile, right to left: which each lane keeps, its running count of kept keys (the row
 // block's carry, updated), and logits s + g c into ``logits`` (-inf where not kept; it may be ``scores``); the
 // counts into ``counts`` unless null, and each lane's largest logit into ``top``. With ``lse`` (the backward) the
-// weights exp(l - lse) go into ``logits`` instead, those below Limits::flush 0. RULE: the per-entry keep rule
-// (RowBlock::needs_rule), else a key is kept iff its score is above the threshold.
+// weights exp(l - lse) go into ``logits`` instead, those below Limits::flush 0. With ``key_scale`` (the keys'
+// RMS-norm factors, from j0 on) each key's scores are its factor times ``scores``, written back. RULE: the
+// per-entry keep rule (RowBlock::needs_rule), else a key is kept iff its score is above the threshold.
 template <class T, bool RULE>
-static void keep_and_count(RowBlock<T>& rb, int64_t j0, int nb, const T* scores, T* logits, T* counts, Vec<T>* top,
-                           Prefetch ahead, const T* lse) {
+static void keep_and_count(RowBlock<T>& rb, int64_t j0, int nb, T* scores, T* logits, T* counts, Vec<T>* top,
+                           Prefetch ahead, const T* lse, const T* key_scale) {
   constexpr int L = lanes<T>(), BR = rows_per_block<T>(), NV = ROW_VECTORS;
   const Params& p = rb.p;
   const Vec<T> thr = splat(T(p.threshold)), one = splat(T(1)), zero{}, neg_inf = splat(-std::numeric_limits<T>::infinity());
@@ -111,8 +113,9 @@ static void keep_and_count(RowBlock<T>& rb, int64_t j0, int nb, const T* scores,
   for (int jj = nb - 1; jj >= 0; --jj) {
     const int64_t j = j0 + jj;
     ahead.row(jj);
-    const T* s_row = scores + jj * BR;
+    T* s_row = scores + jj * BR;
     T* l_row = logits + jj * BR;
+    const Vec<T> factor = splat(key_scale ? key_scale[jj] : T(1));
     Int<T> kid = 0;
     Mask<T> key_real = ~Mask<T>{};
     if (RULE && docs) {
@@ -121,7 +124,11 @@ static void keep_and_count(RowBlock<T>& rb, int64_t j0, int nb, const T* scores,
     }
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) {
-      const Vec<T> s = load(s_row + x * L);
+      Vec<T> s = load(s_row + x * L);
+      if (key_scale) {
+        s *= factor;
+        if (s_row != l_row) store(s_row + x * L, s);
+      }
       Mask<T> keep = s > thr;
       if (RULE) {
         const Mask<T> dist = load(rb.pos + x * L) - static_cast<Int<T>>(j);
@@ -178,35 +185,57 @@ static void drop_logits(const RowBlock<T>& rb, int64_t j0, int nb, T* logits, T*
 }
 
 // tile = exp(tile - shift) in place (0 below exp_floor: -inf logits, and weights under e^-80 of the largest);
-// each lane's sum of them added to ``sum``.
+// each lane's sum of them added to ``sum``. One vector of lanes at a time down the keys, with two partial sums:
+// the exponential's constants and temporaries fit 16 registers.
 template <class T> static void exp_shifted(int nb, T* tile, const Vec<T>* shift, Vec<T>* sum, Prefetch ahead) {
   constexpr int L = lanes<T>(), BR = rows_per_block<T>(), NV = ROW_VECTORS;
-  Vec<T> acc[NV];
-  for (int x = 0; x < NV; ++x) acc[x] = sum[x];
-  for (int jj = 0; jj < nb; ++jj) {
-    ahead.row(jj);
-#pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) {
-      const Vec<T> e = exp_flush_nonpositive(load(tile + jj * BR + x * L) - shift[x]);
-      store(tile + jj * BR + x * L, e);
-      acc[x] += e;
+  for (int jj = 0; jj < nb; ++jj) ahead.row(jj);
+  for (int x = 0; x < NV; ++x) {
+    T* column = tile + x * L;
+    const Vec<T> by = shift[x];
+    Vec<T> even{}, odd{};
+    int jj = 0;
+    for (; jj + 2 <= nb; jj += 2) {
+      const Vec<T> a = exp_flush_nonpositive(load(column + jj * BR) - by);
+      const Vec<T> b = exp_flush_nonpositive(load(column + (jj + 1) * BR) - by);
+      store(column + jj * BR, a);
+      store(column + (jj + 1) * BR, b);
+      even += a;
+      odd += b;
     }
+    if (jj < nb) {
+      const Vec<T> a = exp_flush_nonpositive(load(column + jj * BR) - by);
+      store(column + jj * BR, a);
+      even += a;
+    }
+    sum[x] += even + odd;
   }
-  for (int x = 0; x < NV; ++x) sum[x] = acc[x];
 }
 
-// max over l <= j of |k_l| for each key of each n, into kmax (N x Sk): with a row's |q|, it bounds every score
+// The RMS-norm factor rsqrt(mean(x^2) + eps) of a row of D.
+template <class T> static inline T rms_factor(const T* x, int64_t D, T eps) {
+  T sq = 0;
+  for (int64_t d = 0; d < D; ++d) sq += x[d] * x[d];
+  return T(1) / std::sqrt(sq / T(D) + eps);
+}
+
+// For each key of each n: with ``norm_eps`` > 0 its RMS-norm factor into ``factor`` (N x Sk); into ``kmax``
+// (unless null) the largest norm of the keys up to it, normalised if so: with a row's |q| it bounds every score
 // left of a key block (Cauchy-Schwarz). An orphaned work-sharing loop: call it inside a parallel region.
-template <class T> static void key_norm_prefix_max(const Params& p, const T* k, T* kmax) {
+template <class T> static void key_pass(const Params& p, const T* k, T* kmax, T* factor) {
 #pragma omp for schedule(static)
   for (int64_t n = 0; n < p.n; ++n) {
-    const T* kn = k + n * p.k_stride;
     double running = 0;
     for (int64_t j = 0; j < p.sk; ++j) {
-      double sq = 0;
-      for (int64_t d = 0; d < p.d; ++d) sq += double(kn[j * p.d + d]) * kn[j * p.d + d];
-      running = std::max(running, std::sqrt(sq));
-      kmax[n * p.sk + j] = T(running);
+      const T* row = p.k_rows.at(k, n, p.heads, j);
+      const T f = p.norm_eps > 0 ? rms_factor(row, p.d, T(p.norm_eps)) : T(1);
+      if (factor) factor[n * p.sk + j] = f;
+      if (kmax) {
+        double sq = 0;
+        for (int64_t d = 0; d < p.d; ++d) sq += double(row[d]) * row[d];
+        running = std::max(running, std::sqrt(sq) * f);
+        kmax[n * p.sk + j] = T(running);
+      }
     }
   }
 }
@@ -227,16 +256,30 @@ static bool out_of_reach(const RowBlock<T>& rb, T key_norm, const T* level, cons
   return true;
 }
 
-// Rows [r0, r0 + rows) of x (N x S x D) transposed into xt (D x BR), times ``factor``; padding lanes zero. The
-// lanes' norms |factor x_i| into ``norms`` unless null.
+// A key block's ``count`` rows of D (``stride`` apart) copied into ``packed`` (rows D apart): the products that
+// read a block's rows again and again read them from one contiguous block, not from rows a projection's width
+// apart, which map to a few cache sets and evict each other.
+template <class T> static const T* packed_rows(const T* rows, int64_t stride, int count, int64_t D, T* packed) {
+  if (stride == D) return rows;
+  for (int j = 0; j < count; ++j) std::memcpy(packed + j * D, rows + j * stride, sizeof(T) * D);
+  return packed;
+}
+
+// ``rows`` rows of x (row stride ``stride``) transposed into xt (D x BR), times ``factor`` and, with ``norm_eps`` > 0,
+// RMS-normalised first (their factors into ``rms`` unless null); padding lanes zero. The lanes' norms after all
+// that into ``norms`` unless null.
 template <class T>
-static void transpose_rows(const T* x, int rows, int64_t D, T factor, T* xt, T* norms = nullptr) {
+static void transpose_rows(const T* x, int64_t stride, int rows, int64_t D, T factor, T* xt, T* norms = nullptr,
+                           T norm_eps = T(0), T* rms = nullptr) {
   constexpr int BR = rows_per_block<T>();
   std::memset(xt, 0, sizeof(T) * D * BR);
   for (int i = 0; i < rows; ++i) {
+    const T* row = x + i * stride;
+    const T f = norm_eps > 0 ? rms_factor(row, D, norm_eps) : T(1);
+    if (rms) rms[i] = f;
     T sq = 0;
     for (int64_t d = 0; d < D; ++d) {
-      const T v = x[i * D + d] * factor;
+      const T v = row[d] * f * factor;
       xt[d * BR + i] = v;
       sq += v * v;
     }
