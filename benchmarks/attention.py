@@ -1,13 +1,15 @@
 """TRA attention benchmark: forward and fwd+bwd time and peak memory against PyTorch SDPA, in the same run.
 
-CPU mode (default): B=1, H=8, D=64, fp32, S in {1k, 2k, 4k, 8k, 16k}; TRA on the fused C++ kernels
-(``impl="cpu"``), on the chunked PyTorch path and naive (where it fits in memory), against
-``scaled_dot_product_attention(is_causal=True)``, forward alone (what evaluation and generation pay, under
-no_grad) and forward+backward. A last table times the training options (local window 4 with the keep
-surrogate, then with logit dropout too) on each path. Each measurement runs in a fresh subprocess so that its
-peak RSS is its own.
+CPU mode (default): B=1, H=8, D=64, fp32, S in {1k, 2k, 4k, 8k, 16k}, at 1 and 2 threads; TRA on the fused C++
+kernels (``impl="cpu"``) with forgetting gates and without forgetting (g = 0: no walk ends early), on the chunked
+PyTorch path and naive (where it fits in memory), against ``scaled_dot_product_attention(is_causal=True)``,
+forward alone (what evaluation and generation pay, under no_grad) and forward+backward. A last table times the
+training options (local window 4 with the keep surrogate, then with logit dropout too) on each path. Each
+measurement runs in a fresh subprocess so that its peak RSS is its own. ``--build`` picks the kernels' build and
+PyTorch's vector paths (benchmarks/cpu_builds.py): ``native``, or ``avx2`` (the AVX2 case, on any AVX2 machine).
 
-    python benchmarks/attention.py --out results/benchmarks/attention_cpu.md
+    python benchmarks/attention.py --build native --out results/benchmarks/attention_cpu_native.md
+    python benchmarks/attention.py --build avx2 --out results/benchmarks/attention_cpu_avx2.md
 
 GPU mode: bf16, S in {2k, 4k, 8k, 16k}, D in {64, 128} (16k tokens per batch, d_model 2048): TFLOP/s
 of the TRA Triton kernels (without and with early exit) against SDPA's flash backend, forward and
@@ -22,9 +24,9 @@ from not attending across document boundaries.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -33,13 +35,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
 PACKED_DOCUMENT = 1024  # tokens per document in the GPU mode's packed row
-COMMANDS = {
-    "cpu": "python benchmarks/attention.py --out results/benchmarks/attention_cpu.md",
-}
 
 
-def make_inputs(b, h, s, d, dtype, device, seed=0):
+def make_inputs(b, h, s, d, dtype, device, seed=0, forgetting=True):
     import torch
     import torch.nn.functional as F
 
@@ -53,8 +53,10 @@ def make_inputs(b, h, s, d, dtype, device, seed=0):
     q = rms_normalize(randn(b, h, s, d), 1e-6).requires_grad_()
     k = rms_normalize(randn(b, h, s, d), 1e-6).requires_grad_()
     v = randn(b, h, s, d).requires_grad_()
-    # Gate pre-activations ~ N(-2, 1): a typical forgetting head (median log gate about -2.1).
-    log_gate = F.logsigmoid(randn(b, h, s).float() - 2.0).requires_grad_()
+    # Gate pre-activations ~ N(-2, 1): a typical forgetting head (median log gate about -2.1); without forgetting,
+    # g = 0: the weights do not decay with the count, and no walk of the fused kernels ends early.
+    pre = randn(b, h, s).float()
+    log_gate = (F.logsigmoid(pre - 2.0) if forgetting else torch.zeros_like(pre)).requires_grad_()
     return q, k, v, log_gate
 
 
@@ -73,7 +75,7 @@ def worker(spec: dict) -> dict:
 
     impl, s, b, h, d, repeats = (spec[key] for key in ("impl", "S", "B", "H", "D", "repeats"))
     options = spec.get("options", {})
-    q, k, v, g = make_inputs(b, h, s, d, torch.float32, "cpu")
+    q, k, v, g = make_inputs(b, h, s, d, torch.float32, "cpu", forgetting=spec.get("forgetting", True))
     grad_out = torch.randn_like(q)
 
     def forward():
@@ -111,9 +113,13 @@ def worker(spec: dict) -> dict:
     }
 
 
-def run_worker(impl, s, b, h, d, repeats, threads: int | None = None, options: dict | None = None) -> dict:
-    spec = {"impl": impl, "S": s, "B": b, "H": h, "D": d, "repeats": repeats, "options": options or {}}
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+def run_worker(impl, s, b, h, d, repeats, threads: int | None = None, options: dict | None = None,
+               build: str = "native", forgetting: bool = True) -> dict:  # fmt: skip
+    from cpu_builds import environment
+
+    spec = {"impl": impl, "S": s, "B": b, "H": h, "D": d, "repeats": repeats, "options": options or {},
+            "forgetting": forgetting}  # fmt: skip
+    env = environment(build, threads)
     cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if proc.returncode != 0:
@@ -127,15 +133,6 @@ def naive_fits(s: int, b: int, h: int) -> bool:
     return 8 * 4 * b * h * s * s < total / 2
 
 
-def machine(threads: int | None = None) -> str:
-    import torch
-
-    from tra_attn.utils.provenance import cpu_name
-
-    threads = threads or torch.get_num_threads()
-    return f"{cpu_name()}, {threads} threads, torch {torch.__version__}, Python {platform.python_version()}"
-
-
 def _cell(r, key="seconds"):
     return f"{r[key]:.3f} s / {r['peak_rss_mb']:,.0f} MB" if r else "does not fit"
 
@@ -144,65 +141,63 @@ def ratio(r, base, key="seconds") -> str:
     return f"{r[key] / base[key]:.2f}x"
 
 
-def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1024, 2048, 4096)) -> str:
-    from tra_attn.utils.provenance import git_commit
-
+def cpu_measurements(lengths, repeats, threads, build, training_lengths=(1024, 2048, 4096)) -> dict:
+    """Every measurement of one thread count: the lengths' rows, the training options' rows, the memory check."""
     b, h, d = 1, 8, 64
+    run = functools.partial(run_worker, b=b, h=h, d=d, repeats=repeats, threads=threads, build=build)
     rows = []
     for s in lengths:
-        res = {impl: run_worker(impl, s, b, h, d, repeats, threads) for impl in ("sdpa", "cpu", "chunked")}
+        res = {impl: run(impl, s) for impl in ("sdpa", "cpu", "chunked")}
+        res["cpu, g = 0"] = run("cpu", s, forgetting=False)
         if naive_fits(s, b, h):
-            res["naive"] = run_worker("naive", s, b, h, d, repeats, threads)
+            res["naive"] = run("naive", s)
         rows.append((s, res))
-        print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr, flush=True)
+        print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s, "threads": threads}),
+              file=sys.stderr, flush=True)  # fmt: skip
     training = []
     for s in training_lengths:
         for name, options in TRAINING_OPTIONS.items():
-            res = {impl: run_worker(impl, s, b, h, d, repeats, threads, options) for impl in ("sdpa", "cpu", "chunked")}
+            res = {impl: run(impl, s, options=options) for impl in ("sdpa", "cpu", "chunked")}
             if s <= 2048 and naive_fits(s, b, h):  # longer: minutes per call, and the memory tells already
-                res["naive"] = run_worker("naive", s, b, h, d, repeats, threads, options)
+                res["naive"] = run("naive", s, options=options)
             training.append((s, name, res))
             print(json.dumps({k: round(v["seconds"], 4) for k, v in res.items()} | {"S": s}), file=sys.stderr)
-    checks = {impl: run_worker(impl, 8192, 1, 4, 64, 1, threads) for impl in ("cpu", "chunked")}
+    checks = {impl: run_worker(impl, 8192, 1, 4, 64, 1, threads, build=build) for impl in ("cpu", "chunked")}
+    return {"rows": rows, "training": training, "checks": checks}
 
+
+def cpu_section(threads: int, m: dict) -> list[str]:
+    """The tables of one thread count."""
+    rows, training, checks = m["rows"], m["training"], m["checks"]
     lines = [
-        "# TRA attention on CPU: forward and fwd+bwd time, peak memory",
+        f"## {threads} thread{'s' if threads > 1 else ''}",
         "",
-        f"Command: `{COMMANDS['cpu']}{f' --threads {threads}' if threads else ''}`  ",
-        f"Machine: {machine(threads)}  ",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}",
+        "### Forward",
         "",
-        f"B={b}, H={h}, D={d}, fp32, causal; best of {repeats} after one warm-up, forward (under no_grad: what "
-        "evaluation and generation pay) and forward+backward timed alternately ("
-        + ("the process's CPU time, one thread" if threads == 1 else "wall-clock time")
-        + "); peak RSS of a fresh process "
-        "(includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate pre-activations "
-        '~ N(-2, 1). Fused: the C++ kernels (`impl="cpu"`, what "auto" runs on a CPU, docs/cpu_op.md); chunked: '
-        "the PyTorch path; ratios are TRA time / SDPA time, measured in the same run.",
-        "",
-        "## Forward",
-        "",
-        "| S | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA |",
-        "|---|---|---|---|---|---|",
+        "| S | SDPA | TRA fused | fused / SDPA | TRA fused, g = 0 | fused, g = 0 / SDPA | TRA chunked "
+        "| chunked / SDPA |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s, res in rows:
-        sdpa, fused, chunked = res["sdpa"], res["cpu"], res["chunked"]
+        sdpa, fused, dense, chunked = res["sdpa"], res["cpu"], res["cpu, g = 0"], res["chunked"]
         lines.append(
             f"| {s} | {sdpa['forward_s']:.3f} s | {fused['forward_s']:.3f} s | {ratio(fused, sdpa, 'forward_s')} | "
-            f"{chunked['forward_s']:.3f} s | {ratio(chunked, sdpa, 'forward_s')} |"
+            f"{dense['forward_s']:.3f} s | {ratio(dense, sdpa, 'forward_s')} | {chunked['forward_s']:.3f} s | "
+            f"{ratio(chunked, sdpa, 'forward_s')} |"
         )
     lines += [
         "",
-        "## Forward and backward",
+        "### Forward and backward",
         "",
-        "| S | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA | TRA naive |",
-        "|---|---|---|---|---|---|---|",
+        "| S | SDPA | TRA fused | fused / SDPA | TRA fused, g = 0 | fused, g = 0 / SDPA | TRA chunked | chunked / SDPA "
+        "| TRA naive |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s, res in rows:
-        sdpa, fused, chunked = res["sdpa"], res["cpu"], res["chunked"]
+        sdpa, fused, dense, chunked = res["sdpa"], res["cpu"], res["cpu, g = 0"], res["chunked"]
         lines.append(
-            f"| {s} | {_cell(sdpa)} | {_cell(fused)} | {ratio(fused, sdpa)} | {_cell(chunked)} | "
-            f"{ratio(chunked, sdpa)} | {_cell(res.get('naive'))} |"
+            f"| {s} | {_cell(sdpa)} | {_cell(fused)} | {ratio(fused, sdpa)} | {_cell(dense)} | {ratio(dense, sdpa)} | "
+            f"{_cell(chunked)} | {ratio(chunked, sdpa)} | {_cell(res.get('naive'))} |"
         )
     lines += [
         "",
@@ -214,16 +209,12 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
         )  # fmt: skip
         + ".",
         "",
-        "## The training options",
-        "",
-        "The options the recommended TRA (`tra:local_window=4,keep_surrogate=1`) trains with (local window 4, "
-        "keep surrogate at temperature 1), and with logit dropout 0.1 as well, fwd+bwd time / peak RSS, beside SDPA "
-        "(which has no such options: the same call as above). The naive (materialised) path is the reference every "
-        "other computes the same values and gradients as (tests/ops/test_tra_surrogate.py, test_tra_cpu.py).",
+        "### The training options",
         "",
         "| S | options | SDPA | TRA fused | fused / SDPA | TRA chunked | chunked / SDPA | TRA naive (up to S = 2048) |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    b, h = 1, 8
     for s, name, res in training:
         sdpa, fused, chunked, naive = res["sdpa"], res["cpu"], res["chunked"], res.get("naive")
         naive_cell = _cell(naive) if naive or not naive_fits(s, b, h) else "not run"
@@ -231,7 +222,35 @@ def cpu_report(lengths, repeats, threads: int | None = None, training_lengths=(1
             f"| {s} | {name} | {_cell(sdpa)} | {_cell(fused)} | {ratio(fused, sdpa)} | {_cell(chunked)} | "
             f"{ratio(chunked, sdpa)} | {naive_cell} |"
         )
-    lines.append("")
+    return lines + [""]
+
+
+def cpu_report(lengths, repeats, threads_list, build: str, command: str) -> str:
+    from cpu_builds import describe
+    from tra_attn.utils.provenance import git_commit
+
+    sections = [cpu_section(t, cpu_measurements(lengths, repeats, t, build)) for t in threads_list]
+    machine = describe(build, threads_list[0]).replace(f"; {threads_list[0]} thread(s)", "")
+    lines = [
+        f"# TRA attention on CPU ({build} build): forward and fwd+bwd time, peak memory",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine}  ",
+        f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}",
+        "",
+        "B=1, H=8, D=64, fp32, causal; best of "
+        f"{repeats} after one warm-up, forward (under no_grad: what evaluation and generation pay) and "
+        "forward+backward timed alternately (one thread: the process's CPU time; two: wall-clock time); peak RSS of "
+        "a fresh process (includes about 300 MB of PyTorch itself). TRA inputs are RMS-normalised q/k with gate "
+        "pre-activations ~ N(-2, 1), forgetting heads (median log gate about -2.1), whose weights fall below e^-80 a "
+        "few blocks of kept keys left of a query, so the fused kernels' walks end there (docs/cpu_op.md); the "
+        "g = 0 columns run the same q, k, v without forgetting: every walk goes to the first key, the kernels' "
+        'dense case. Fused: the C++ kernels (`impl="cpu"`); chunked: the PyTorch path; ratios are TRA time / SDPA '
+        "time, measured in the same run.",
+        "",
+    ]
+    for section in sections:
+        lines += section
     return "\n".join(lines)
 
 
@@ -406,19 +425,26 @@ def main(argv=None) -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128], help="head dims (cuda)")
     parser.add_argument("--prune-tau", type=float, default=10.0, help="early-exit tau (cuda)")
     parser.add_argument("--repeats", type=int, help="default: 3 (cpu), 20 (cuda)")
-    parser.add_argument("--threads", type=int, help="CPU threads of every measurement (default: torch's)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CPU thread counts (cpu)")
+    parser.add_argument(
+        "--build",
+        choices=("native", "avx2"),
+        default="native",
+        help="the fused kernels' build and PyTorch's vector paths (cpu; benchmarks/cpu_builds.py)",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown report here (atomically)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
+    command = " ".join(["python benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
     if args.device == "cuda":
-        command = " ".join(["python benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)])
         lengths = args.lengths or [2048, 4096, 8192, 16384]
         report = gpu_report(lengths, args.dims, args.repeats or 20, args.prune_tau, command)
     else:
-        report = cpu_report(args.lengths or [1024, 2048, 4096, 8192, 16384], args.repeats or 3, args.threads)
+        lengths = args.lengths or [1024, 2048, 4096, 8192, 16384]
+        report = cpu_report(lengths, args.repeats or 3, args.threads, args.build, command)
     print(report)
     if args.out:
         from tra_attn.utils.atomic import atomic_write_text

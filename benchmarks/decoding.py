@@ -1,7 +1,8 @@
 """Decoding speed with a KV cache: tokens/s of greedy generation for each method, against NoPE (PyTorch SDPA).
 
     python benchmarks/decoding.py [--methods nope rope fox tra tra:local_window=4] [--contexts 2048 8192] \
-        [--batches 1 4] [--new-tokens 32] [--repeats 3] [--out results/benchmarks/decoding_cpu.md]
+        [--batches 1 4] [--new-tokens 32] [--repeats 3] [--build native|avx2] \
+        [--out results/benchmarks/decoding_cpu_native.md]
 
 A model of each method (by default the CPU language-model preset's size: byte vocabulary, 4 layers, d_model 128,
 4 heads; freshly initialised, as speed does not depend on training) prefills a random prompt of each context
@@ -9,22 +10,31 @@ length once into its cache, then times ``--new-tokens`` greedy steps as ``Transf
 one query against the whole cache). Rounds alternate the methods, and so does which goes first, so that machine
 noise hits all of them alike; the table gives the median over rounds and each method's ratio to NoPE in the same
 round (median of the per-round ratios). Prefill time (the prompt's forward) is reported beside it. Run it on an
-otherwise idle machine.
+otherwise idle machine. ``--build`` runs it under a build's settings (benchmarks/cpu_builds.py: the process starts
+again with them), and the page names the CPU, the build and the threads.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from cpu_builds import describe, environment, in_build  # noqa: E402
+
+if __name__ == "__main__" and "--build" in sys.argv:  # the build's settings must be set before torch starts
+    build = sys.argv[sys.argv.index("--build") + 1] if sys.argv.index("--build") + 1 < len(sys.argv) else None
+    if build in ("native", "avx2") and not in_build(build):
+        os.execve(sys.executable, [sys.executable, *sys.argv], environment(build))
+
+import torch  # noqa: E402
 
 from tra_attn.experiments.methods import method_from_text  # noqa: E402
 from tra_attn.models.config import ModelConfig  # noqa: E402
@@ -71,6 +81,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", type=int, nargs=3, default=[128, 4, 4], metavar=("D_MODEL", "LAYERS", "HEADS"))
+    parser.add_argument("--build", choices=("native", "avx2"), help="a build's settings (benchmarks/cpu_builds.py)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     methods = list(dict.fromkeys([BASELINE, *args.methods]))
@@ -101,11 +112,11 @@ def main() -> None:
     d_model, n_layers, n_heads = args.model
     command = " ".join(["python benchmarks/decoding.py", *sys.argv[1:]])
     text = "\n".join([
-        "# Decoding speed with a KV cache (cpu, fp32)",
+        f"# Decoding speed with a KV cache (cpu, fp32{f', {args.build} build' if args.build else ''})",
         "",
         f"Command: `{command}`  ",
-        f"Code: commit {git_commit()}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
-        f"{platform.processor() or 'CPU'}",
+        f"Machine: {describe(args.build, torch.get_num_threads())}  ",
+        f"Code: commit {git_commit()}",
         "",
         f"Model: byte-level, d_model {d_model}, {n_layers} layers, {n_heads} heads, freshly initialised; a random "
         f"prompt of each context length prefilled once, then {args.new_tokens} greedy steps, {args.repeats} "

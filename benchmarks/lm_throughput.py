@@ -1,7 +1,7 @@
 """Training throughput of a language model: TRA against NoPE (PyTorch SDPA), same size, same run.
 
-    python benchmarks/lm_throughput.py [--lengths 512] [--steps 30] [--repeats 3] \
-        [--out results/benchmarks/lm_throughput_cpu.md]
+    python benchmarks/lm_throughput.py [--lengths 512] [--steps 30] [--repeats 3] [--build native|avx2] \
+        [--threads 2] [--out results/benchmarks/lm_throughput_cpu_native.md]
     python benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 8192 \\
         --model 768 12 12 --tokens-per-step 65536 --steps 20 --repeats 1 --out OUT/lm_throughput_gpu.md
 
@@ -10,7 +10,9 @@ default the CPU language-model preset's model, 4 layers, d_model 128, 4 heads, a
 step), at each context length with ``tokens-per-step / length`` sequences per step. Tokens/s comes from
 the run's metrics.jsonl (``elapsed_s`` at the last step: training only, no start-up, no validation), and
 on CUDA the peak allocated memory too. Runs of the methods alternate, and so does which goes first, so
-that machine noise hits all of them alike; run it on an otherwise idle machine.
+that machine noise hits all of them alike; run it on an otherwise idle machine. On a CPU, ``--build`` picks the
+fused kernels' build and PyTorch's vector paths for every run (benchmarks/cpu_builds.py: ``avx2`` measures the
+AVX2 case on any AVX2 machine) and ``--threads`` their threads; the page names the CPU, the build and the threads.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,7 +30,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cpu_builds import describe, environment  # noqa: E402
 from tra_attn.experiments.methods import method_from_text  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
 from tra_attn.utils.provenance import git_commit  # noqa: E402
@@ -68,7 +71,8 @@ def measure(args, attention: str, length: int) -> tuple[float, float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.json"
         path.write_text(json.dumps(config(args, attention, length)))
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env = {**(environment(args.build, args.threads) if args.device == "cpu" else os.environ),
+               "PYTHONPATH": str(ROOT / "src")}  # fmt: skip
         command = [sys.executable, "-m", "tra_attn.cli", "train", "--config", str(path), "--out", f"{tmp}/run"]
         peak_rss = run_process([*command, "--no-progress"], env)
         rows = [json.loads(line) for line in Path(f"{tmp}/run/metrics.jsonl").read_text().splitlines()]
@@ -115,6 +119,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--precision", default="fp32", help="fp32 or bf16 (default: fp32)")
     parser.add_argument("--compile", action="store_true", help="train through torch.compile (default: eager)")
+    parser.add_argument(
+        "--build",
+        choices=("native", "avx2"),
+        default="native",
+        help="cpu: the fused kernels' build and PyTorch's vector paths (benchmarks/cpu_builds.py)",
+    )
+    parser.add_argument("--threads", type=int, help="cpu: OpenMP threads of every run (default: torch's)")
     parser.add_argument("--out", type=Path, help="write a Markdown table here (default: print only)")
     args = parser.parse_args()
     for method in args.methods:
@@ -135,12 +146,18 @@ def main() -> None:
                 print(
                     f"L={length} {method} repeat {repeat}: {results[(method, length)][-1][0]:.0f} tokens/s", flush=True
                 )
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "CPU"
+    if args.device.startswith("cuda"):
+        machine = f"{torch.cuda.get_device_name()}; torch {torch.__version__}"
+        title = f"{args.device}, {args.precision}"
+    else:
+        machine = describe(args.build, args.threads or torch.get_num_threads())
+        title = f"cpu, {args.precision}, {args.build} build"
     lines = [
-        f"# Language-model training throughput ({args.device}, {args.precision})",
+        f"# Language-model training throughput ({title})",
         "",
         f"Command: `python {' '.join(['benchmarks/lm_throughput.py', *sys.argv[1:]])}`  ",
-        f"Code: commit {git_commit()}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {device}",
+        f"Machine: {machine}  ",
+        f"Code: commit {git_commit()}",
         "",
         f"Model: byte-level, d_model {args.model[0]}, {args.model[1]} layers, {args.model[2]} heads; "
         f"{args.tokens_per_step:,} tokens per step; {args.steps} training steps per run (fwd + bwd + AdamW"

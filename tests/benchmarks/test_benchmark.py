@@ -48,3 +48,23 @@ def test_gpu_report_layout_and_ratios(monkeypatch):
     flops = 2 * 8 * 32 * 2048**2 * 64  # B = 16384 / S = 8, H = 2048 / D = 32
     assert f"| {flops / 1.25 / 1e12:.0f} |" in tra
     assert "Fake GPU" in report and "python benchmarks/attention.py --device cuda" in report
+
+
+def test_cpu_report_layout_and_ratios(monkeypatch):
+    """Each thread count's section, the forgetting and the g = 0 columns, and ratios over SDPA of the same run."""
+    bench = load_benchmark()
+    import cpu_builds
+
+    seconds = {"sdpa": 1.0, "cpu": 0.5, "chunked": 2.0, "naive": 8.0}
+
+    def fake_worker(impl, s, b, h, d, repeats, threads=None, options=None, build="native", forgetting=True):
+        t = seconds[impl] * (1.0 if forgetting else 1.6) / (threads or 1)
+        return {"forward_s": t / 4, "seconds": t, "peak_rss_mb": 400.0, "rss_growth_mb": 50.0}
+
+    monkeypatch.setattr(bench, "run_worker", fake_worker)
+    monkeypatch.setattr(cpu_builds, "describe", lambda build, threads: f"Fake CPU; {build}; {threads} thread(s)")
+    report = bench.cpu_report([1024], 3, [1, 2], "avx2", "python benchmarks/attention.py --build avx2")
+    assert "# TRA attention on CPU (avx2 build)" in report and "Machine: Fake CPU; avx2  " in report
+    assert "## 1 thread\n" in report and "## 2 threads\n" in report
+    forward = [line for line in report.splitlines() if line.startswith("| 1024 | 0.250 s |")]
+    assert forward == ["| 1024 | 0.250 s | 0.125 s | 0.50x | 0.200 s | 0.80x | 0.500 s | 2.00x |"]
