@@ -270,5 +270,6 @@ def available() -> bool:
 
 
 def describe_build(found: Kernels) -> str:
-    """One line: the instruction set, -march and compiler of a build."""
-    return f"{found.target} (-march={found.record.get('march', '?')}, {found.record.get('compiler', '?')})"
+    """One line: the instruction set, -march (and any extra flags) and compiler of a build."""
+    flags = " ".join(f for f in found.record.get("flags", []) if f not in BASE_FLAGS)
+    return f"{found.target} ({flags or '?'}, {found.record.get('compiler', '?')})"

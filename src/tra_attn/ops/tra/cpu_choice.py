@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -26,7 +27,7 @@ from ...utils.atomic import atomic_write_text
 from ...utils.cpu_info import cpu_info
 from .chunked import tra_chunked
 from .contract import KeepRule
-from .cpu_build import RECORD, Kernels, cpu_signature, describe_build, kernels, read_record, switch
+from .cpu_build import RECORD, SWITCH, Kernels, cpu_signature, describe_build, kernels, read_record, switch
 from .fused_cpu import tra_cpu
 
 SHAPE = (1, 4, 1024, 64)  # B, H, S, D of the measurement
@@ -126,6 +127,7 @@ def _store(found: Kernels, timing: Timing) -> None:
 def forget_timing(found: Kernels) -> None:
     """Drop the stored measurement for this CPU at this process's thread count: the next ``timing`` measures."""
     timing.cache_clear()
+    _chosen.cache_clear()
     record = read_record(found.folder)
     if record and (record.get("speed") or {}).pop(_machine_key(torch.get_num_threads()), None) is not None:
         atomic_write_text(found.folder / RECORD, json.dumps(record, indent=1) + "\n")
@@ -186,8 +188,14 @@ def status() -> Status:
 
 
 def use_kernels() -> bool:
-    """Whether ``auto`` runs the fused kernels in this process (at its current thread count)."""
+    """Whether ``auto`` runs the fused kernels in this process (at its current thread count): asked per call of
+    the op, so answered from a cache (a decoding step is a few microseconds of work per layer)."""
+    return _chosen(torch.get_num_threads(), os.environ.get(SWITCH, ""))
+
+
+@functools.cache
+def _chosen(threads: int, setting: str) -> bool:
     mode = switch()
     if mode == "0" or kernels() is None:
         return False
-    return mode == "1" or timing(torch.get_num_threads()).kernels_win
+    return mode == "1" or timing(threads).kernels_win

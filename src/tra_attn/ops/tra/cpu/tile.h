@@ -16,8 +16,11 @@
 namespace tra {
 
 constexpr int BC = 64;  // keys per block
-// Vectors of query rows per block: the lanes' carry, running maximum and gate stay in registers over a tile.
-constexpr int ROW_VECTORS = (VECTOR_BYTES == 16 && VECTOR_REGISTERS >= 32) ? 8 : 4;
+// Vectors of query rows per block: 256 bytes of lanes (64 fp32 rows, 32 fp64) on every target, so a key block read
+// from memory serves as many rows everywhere. The keep pass walks them in groups of KEEP_GROUP vectors, whose
+// carry, running maximum and gate stay in registers over a tile's keys.
+constexpr int ROW_VECTORS = 256 / VECTOR_BYTES;
+constexpr int KEEP_GROUP = ROW_VECTORS < 4 ? ROW_VECTORS : 4;
 template <class T> constexpr int rows_per_block() { return ROW_VECTORS * lanes<T>(); }  // BR
 
 // What every tile of one work item (n, rows [r0, r0 + rows)) shares: the rows' positions, gates, documents and
@@ -103,53 +106,56 @@ struct Prefetch {
 template <class T, bool RULE>
 static void keep_and_count(RowBlock<T>& rb, int64_t j0, int nb, T* scores, T* logits, T* counts, Vec<T>* top,
                            Prefetch ahead, const T* lse, const T* key_scale) {
-  constexpr int L = lanes<T>(), BR = rows_per_block<T>(), NV = ROW_VECTORS;
+  constexpr int L = lanes<T>(), BR = rows_per_block<T>(), G = KEEP_GROUP;
   const Params& p = rb.p;
   const Vec<T> thr = splat(T(p.threshold)), one = splat(T(1)), zero{}, neg_inf = splat(-std::numeric_limits<T>::infinity());
-  Vec<T> carry[NV], gate[NV], hi[NV];
-  for (int x = 0; x < NV; ++x) carry[x] = load(rb.carry + x * L), gate[x] = load(rb.gate + x * L), hi[x] = neg_inf;
   const bool docs = p.seg_keys != nullptr;
   const Int<T> local = static_cast<Int<T>>(p.local_window), sliding = static_cast<Int<T>>(p.sliding_window);
-  for (int jj = nb - 1; jj >= 0; --jj) {
-    const int64_t j = j0 + jj;
-    ahead.row(jj);
-    T* s_row = scores + jj * BR;
-    T* l_row = logits + jj * BR;
-    const Vec<T> factor = splat(key_scale ? key_scale[jj] : T(1));
-    Int<T> kid = 0;
-    Mask<T> key_real = ~Mask<T>{};
-    if (RULE && docs) {
-      kid = p.seg_keys[rb.b * p.sk + j];
-      key_real = kid >= 0 ? ~Mask<T>{} : Mask<T>{};
-    }
+  for (int x0 = 0; x0 < ROW_VECTORS; x0 += G) {  // a group of lanes at a time, down every key
+    Vec<T> carry[G], gate[G], hi[G];
+    for (int x = 0; x < G; ++x)
+      carry[x] = load(rb.carry + (x0 + x) * L), gate[x] = load(rb.gate + (x0 + x) * L), hi[x] = neg_inf;
+    for (int jj = nb - 1; jj >= 0; --jj) {
+      const int64_t j = j0 + jj;
+      if (x0 == 0) ahead.row(jj);
+      T* s_row = scores + jj * BR + x0 * L;
+      T* l_row = logits + jj * BR + x0 * L;
+      const Vec<T> factor = splat(key_scale ? key_scale[jj] : T(1));
+      Int<T> kid = 0;
+      Mask<T> key_real = ~Mask<T>{};
+      if (RULE && docs) {
+        kid = p.seg_keys[rb.b * p.sk + j];
+        key_real = kid >= 0 ? ~Mask<T>{} : Mask<T>{};
+      }
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) {
-      Vec<T> s = load(s_row + x * L);
-      if (key_scale) {
-        s *= factor;
-        if (s_row != l_row) store(s_row + x * L, s);
-      }
-      Mask<T> keep = s > thr;
-      if (RULE) {
-        const Mask<T> dist = load(rb.pos + x * L) - static_cast<Int<T>>(j);
-        Mask<T> allowed = dist >= 0;
-        if (sliding) allowed &= dist < sliding;
-        if (docs) allowed &= key_real & (load(rb.qid + x * L) == kid);
-        keep = allowed & (keep | (dist < local));
-      }
-      carry[x] += keep ? one : zero;
-      const Vec<T> l = keep ? s + gate[x] * carry[x] : neg_inf;
-      if (counts) store(counts + jj * BR + x * L, carry[x]);
-      if (lse) {
-        const Vec<T> w = exp_flush_nonpositive(l - load(lse + x * L));
-        store(l_row + x * L, w <= Limits<T>::flush ? zero : w);
-      } else {
-        store(l_row + x * L, l);
-        hi[x] = vmax(hi[x], l);
+      for (int x = 0; x < G; ++x) {
+        Vec<T> s = load(s_row + x * L);
+        if (key_scale) {
+          s *= factor;
+          if (s_row != l_row) store(s_row + x * L, s);
+        }
+        Mask<T> keep = s > thr;
+        if (RULE) {
+          const Mask<T> dist = load(rb.pos + (x0 + x) * L) - static_cast<Int<T>>(j);
+          Mask<T> allowed = dist >= 0;
+          if (sliding) allowed &= dist < sliding;
+          if (docs) allowed &= key_real & (load(rb.qid + (x0 + x) * L) == kid);
+          keep = allowed & (keep | (dist < local));
+        }
+        carry[x] += keep ? one : zero;
+        const Vec<T> l = keep ? s + gate[x] * carry[x] : neg_inf;
+        if (counts) store(counts + jj * BR + (x0 + x) * L, carry[x]);
+        if (lse) {
+          const Vec<T> w = exp_flush_nonpositive(l - load(lse + (x0 + x) * L));
+          store(l_row + x * L, w <= Limits<T>::flush ? zero : w);
+        } else {
+          store(l_row + x * L, l);
+          hi[x] = vmax(hi[x], l);
+        }
       }
     }
+    for (int x = 0; x < G; ++x) store(rb.carry + (x0 + x) * L, carry[x]), top[x0 + x] = hi[x];
   }
-  for (int x = 0; x < NV; ++x) store(rb.carry + x * L, carry[x]), top[x] = hi[x];
 }
 
 // The dropout's factors (1 / (1 - p) kept, 0 dropped) of one key for a vector of lanes.
