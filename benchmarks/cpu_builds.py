@@ -45,14 +45,19 @@ def environment(build: str | None, threads: int | None = None) -> dict:
     return env
 
 
-_PROBE = """
-import json, torch
-from tra_attn.ops.tra import cpu_build
-from tra_attn.utils.cpu_info import cpu_info
-found = cpu_build.kernels()
-print(json.dumps({"cpu": cpu_info().describe(), "kernels": cpu_build.describe_build(found) if found else None,
-                  "torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability()}))
-"""
+def probe() -> dict:
+    """What this process runs on: the CPU, the kernels' build (building them if needed), PyTorch's vector path."""
+    import torch
+
+    from tra_attn.ops.tra import cpu_build
+    from tra_attn.utils.cpu_info import cpu_info
+
+    found = cpu_build.kernels()
+    return {"cpu": cpu_info().describe(), "kernels": cpu_build.describe_build(found) if found else None,
+            "torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+
+
+_PROBE = "import json, sys; sys.path.insert(0, 'benchmarks'); import cpu_builds; print(json.dumps(cpu_builds.probe()))"
 
 
 def in_build(build: str | None) -> bool:
@@ -62,12 +67,15 @@ def in_build(build: str | None) -> bool:
 
 def describe(build: str | None, threads: int) -> str:
     """One line: the CPU (model, family, instruction sets), the kernels' build, PyTorch's vector paths, the threads
-    (building the kernels of ``build`` if needed)."""
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=REPO,
-                          env=environment(build), check=True)  # fmt: skip
-    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    (building the kernels of ``build`` if needed; None, or the build this process runs: measured in it)."""
+    if in_build(build):
+        found = probe()
+    else:
+        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=REPO,
+                              env=environment(build), check=True)  # fmt: skip
+        found = json.loads(done.stdout.strip().splitlines()[-1])
     settings = BUILDS[build] if build else {k: os.environ[k] for k in _CLEARED if k in os.environ}
     held = [f"{k}={v}" for k, v in settings.items() if k != "TRA_CPU_MARCH"]
-    torch_paths = f"PyTorch's kernels on {probe['capability']}" + (f" ({', '.join(held)})" if held else "")
-    return (f"{probe['cpu']}; fused kernels built for {probe['kernels']}; {torch_paths}; {threads} thread(s); "
-            f"torch {probe['torch']}, Python {platform.python_version()}")  # fmt: skip
+    torch_paths = f"PyTorch's kernels on {found['capability']}" + (f" ({', '.join(held)})" if held else "")
+    return (f"{found['cpu']}; fused kernels built for {found['kernels']}; {torch_paths}; {threads} thread(s); "
+            f"torch {found['torch']}, Python {platform.python_version()}")  # fmt: skip

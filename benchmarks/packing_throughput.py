@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import re
 import statistics
 import sys
@@ -35,7 +34,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cpu_builds import describe  # noqa: E402
 from tra_attn import ModelConfig, TransformerLM  # noqa: E402
 from tra_attn.data.text import benchmark_files, read_document, window_segments  # noqa: E402
 from tra_attn.experiments.methods import method_from_text  # noqa: E402
@@ -205,8 +206,8 @@ def report(args, argv: list[str], documents, stats: dict, results: dict) -> str:
         "# Packed against padded training throughput (cpu, fp32)",
         "",
         f"Command: `python {' '.join(['benchmarks/packing_throughput.py', *argv])}`  ",
-        f"Code: commit {git_commit()}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
-        f"{platform.processor() or 'CPU'}",
+        f"Machine: {describe(None, torch.get_num_threads())}  ",
+        f"Code: commit {git_commit()}",
         "",
         f"Documents: {len(documents)} paragraphs of the byte-level Austen training novels (seed {args.seed}), "
         f"{sum(lengths):,} tokens; lengths median {statistics.median(lengths):.0f}, max {max(lengths)}. "

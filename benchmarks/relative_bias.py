@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
 B, H, D = 1, 8, 64
 
 
@@ -119,6 +120,7 @@ def main(argv=None) -> None:
         return
     import torch
 
+    from cpu_builds import describe
     from tra_attn.utils.provenance import git_commit
 
     threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
@@ -127,7 +129,7 @@ def main(argv=None) -> None:
         "# Additive-bias attention (T5, KERPLE, FIRE): materialised against chunked over queries, fwd+bwd",
         "",
         f"Command: `{threads}{command}`  ",
-        f"Machine: {torch.get_num_threads()} threads, torch {torch.__version__}  ",
+        f"Machine: {describe(None, torch.get_num_threads())}  ",
         f"Date: {datetime.now(timezone.utc):%Y-%m-%d}, commit {git_commit()}",
         "",
         f"B={B}, H={H}, D={D}, fp32, {args.device}, chunk {args.chunk} queries; time: best of {args.repeats} after a "

@@ -22,11 +22,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cpu_builds import describe  # noqa: E402
 from tra_attn import ModelConfig, TransformerLM  # noqa: E402
 from tra_attn.ops.tra import chunked, surrogate_backward  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
-from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
+from tra_attn.utils.provenance import git_commit  # noqa: E402
 
 CONFIGS = {"tra": {}, "tra:local_window=4,keep_surrogate=1": {"local_window": 4, "keep_surrogate": 1.0}}
 FLUSH = chunked.flush_tiny_
@@ -75,7 +77,7 @@ def main() -> None:
         "# Subnormal numbers in TRA's chunked backward (CPU)",
         "",
         f"Command: `python benchmarks/subnormals.py {' '.join(sys.argv[1:])}`".rstrip() + "  ",
-        f"Machine: {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}; commit {git_commit()}",
+        f"Machine: {describe(None, torch.get_num_threads())}; commit {git_commit()}",
         "",
         f"One fwd+bwd step of a 4-layer, d_model 128, 4-head language model on {args.tokens // args.length} x "
         f"{args.length} random tokens, best of {args.repeats} after a warm-up (wall clock).",

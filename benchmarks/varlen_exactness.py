@@ -18,7 +18,6 @@ import importlib.metadata
 import importlib.util
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,7 +32,9 @@ if not torch.cuda.is_available():  # the Triton kernels run through the interpre
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cpu_builds import describe as describe_machine  # noqa: E402
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM, threshold_relative_attention  # noqa: E402
 from tra_attn.layers.norms import rms_normalize  # noqa: E402
 from tra_attn.ops.tra.chunked import chunked_forward_stats  # noqa: E402
@@ -42,7 +43,7 @@ from tra_attn.ops.tra.dispatch import triton_interpreted  # noqa: E402
 from tra_attn.ops.tra.split_kv import split_kv_attention  # noqa: E402
 from tra_attn.ops.varlen import PADDING  # noqa: E402
 from tra_attn.utils.atomic import atomic_write_text  # noqa: E402
-from tra_attn.utils.provenance import cpu_name, git_commit  # noqa: E402
+from tra_attn.utils.provenance import git_commit  # noqa: E402
 
 MODEL_BAR = 1e-5  # tests/models/test_padding_and_packing.py: atol = rtol = 1e-5 (here without the relative part)
 FP64_BAR = 1e-12  # tests/ops/test_tra_varlen.py: 1e-12 x max(1, max |reference|) (here without the scaling)
@@ -437,14 +438,13 @@ def triton_runs() -> bool:
 
 
 def machine() -> str:
-    """The CPU's model name (or the GPU's), threads, and the versions the figures depend on."""
-    cpu = cpu_name()
-    device = f"{torch.cuda.get_device_name()}, " if torch.cuda.is_available() else ""
+    """The GPU if any, the CPU (model, family, instruction sets), the kernels' build, the threads, and the versions
+    the figures depend on."""
+    device = f"{torch.cuda.get_device_name()}; " if torch.cuda.is_available() else ""
     triton = importlib.util.find_spec("triton")
     return (
-        f"{device}{cpu}, {torch.get_num_threads()} CPU thread(s); torch {torch.__version__}, "
-        f"{'triton ' + importlib.metadata.version('triton') if triton else 'no triton'}, "
-        f"Python {platform.python_version()}"
+        f"{device}{describe_machine(None, torch.get_num_threads())}; "
+        f"{'triton ' + importlib.metadata.version('triton') if triton else 'no triton'}"
     )
 
 
