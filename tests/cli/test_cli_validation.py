@@ -41,6 +41,8 @@ def tmp(tmp_path, trained):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "bad.txt").write_text("w1r1z\n")
     (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "bad_run").mkdir()
+    (tmp_path / "bad_run" / "train_config.json").write_text("{")
     corrupt = tmp_path / "corrupt"  # the run's last checkpoint with its weights cut to 64 bytes
     corrupt.mkdir()
     ckpt = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
@@ -62,6 +64,13 @@ SPECS = {  # question folders whose spec.py is wrong
     "spec = Question('x?', 'majority', (Method('tra'),), (0,))\n",
     "no_preset": "from tra_attn.experiments.methods import Method\nfrom tra_attn.experiments.spec import Question\n"
     "spec = Question('x?', 'majority', (Method('tra'),), (0,), lrs=(1e-3, 3e-3), preset='huge')\n",
+    "spec_none": "spec = None\n",
+    "syntax": "from tra_attn.experiments.spec import Question\nspec = Question('x?',\n",
+    "misspelt": "from tra_attn.experiments.methods import Method\n\n"
+    "spec = Questoin('x?', 'majority', (Method('tra'),))\n",
+    "bad_import": "from tra_attn.experiments.spec import Question, Quest\nspec = None\n",
+    "raises": "import json\n\n\nspec = json.loads('{')\n",
+    "loads_bad": "from tra_attn.experiments.spec import load_question\n\nspec = load_question('misspelt')\n",
 }
 
 CASES = [
@@ -91,6 +100,10 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--beta2", "1"], r"TrainConfig\.beta2 = 1\.0; expected a number in \[0, 1\)"),
     (["train", "--out", "{tmp}/r", "--grad-clip", "-1"], r"TrainConfig\.grad_clip = -1\.0; expected a number"),
     (["train", "--out", "{tmp}/r", "--warmup-steps", "-1"], r"warmup_steps = -1; expected a non-negative integer"),
+    (
+        ["train", "--out", "{tmp}/r", "--warmup-steps", "99999999999999999999", "--steps", "2"],
+        r"--warmup-steps = 99999999999999999999; expected at most --steps = 2 \(the learning rate would never reach",
+    ),
     (["train", "--out", "{tmp}/r", "--eval-sequences", "0"], r"eval_sequences = 0; expected a positive integer"),
     (["train", "--out", "{tmp}/r", "--precision", "fp16"], r"precision = 'fp16'; expected 'fp32' or 'bf16'"),
     (["train", "--out", "{tmp}/r", "--length", "7"], r"length = 7; expected a positive even number"),
@@ -185,11 +198,20 @@ CASES = [
     (["run", "{tmp}/spec.py", "--device", "cuda:99", "--store", "{tmp}/st"], r"argument --device: device = 'cuda:99'"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file"], r"--out .*a_file is a file; expected a directory"),
     (["flipflop", "--preset", "tiny", "--out", "{tmp}/a_file/ff"], r"--out .*a_file/ff: cannot create it"),
-    (["flipflop", "--preset", "tiny", "--store", "{tmp}/a_file", "--out", "{tmp}/ff"], r"--store .*a_file is a file"),
+    (["flipflop", "--preset", "tiny", "--store", "{tmp}/a_file", "--out", "{tmp}/ff/new"], r"--store .*a_file is a f"),
+    (["run", "{tmp}/bad_task", "--evidence", "{tmp}/a_file"], r"--evidence .*a_file is a file; expected a folder of r"),
     (["flipflop", "--preset", "tiny", "--device", "gpu", "--out", "{tmp}/ff"], r"device = 'gpu'; expected 'cpu'"),
     (["train", "--out", "{tmp}/a_file/r"], r"run directory .*a_file/r: cannot create it \(Not a directory\)"),
     (["run", "{tmp}/nowhere"], r"nowhere: no spec\.py; expected a spec file or a question folder"),
-    (["run", "{tmp}/no_spec"], r"spec\.py: spec = None; expected the file to set spec = Question\(\.\.\.\)"),
+    (["run", "{tmp}/no_spec"], r"no_spec/spec\.py: never sets spec; expected a spec: a Python file that sets spec = "),
+    (["run", "{tmp}/spec_none"], r"spec\.py: spec = None; expected the file to set spec = Question\(\.\.\.\)"),
+    (["run", "{tmp}/syntax"], r"syntax/spec\.py:2: '\(' was never closed; expected a spec"),
+    (["run", "{tmp}/misspelt"], r"misspelt/spec\.py:3: NameError: name 'Questoin' is not defined"),
+    (["run", "{tmp}/bad_import"], r"bad_import/spec\.py:1: ImportError: cannot import name 'Quest'"),
+    (["run", "{tmp}/raises"], r"raises/spec\.py:4: JSONDecodeError: Expecting property name"),
+    (["run", "{tmp}/loads_bad"], r"error: {tmp}/misspelt/spec\.py:3: NameError: name 'Questoin'"),  # the spec it loads
+    (["run", "{tmp}/bad.txt"], r"bad\.txt: not a spec \(not a \.py file\); expected a spec: a Python file"),
+    (["run", "{tmp}/list.json"], r"list\.json: not a spec \(not a \.py file\)"),
     (["run", "{tmp}/bad_task"], r"Question\.task = 'sorting'; expected a task with an experiment, one of \["),
     (["run", "{tmp}/bad_seed"], r"Question\.seeds = -1; expected an integer seed"),
     (["run", "{tmp}/twice"], r"methods with the same signature .*expected each method once"),
@@ -199,7 +221,7 @@ CASES = [
     # tra upgrade
     (["upgrade", "{tmp}/nowhere"], r"tra upgrade: {tmp}/nowhere does not exist; expected a run, model, store or "),
     (["upgrade", "{tmp}/broken.json"], r"^tra: error: {tmp}/broken\.json: not valid JSON \(.*\); expected a config"),
-    (["upgrade", "{tmp}"], r"^tra: error: {tmp}/broken\.json: not valid JSON \(.*\); expected a config or a run"),
+    (["upgrade", "{tmp}/bad_run"], r"^tra: error: {tmp}/bad_run/train_config\.json: not valid JSON \(.*\); expected a"),
 ]
 
 

@@ -82,6 +82,29 @@ def test_a_second_run_trains_nothing_and_the_evidence_alone_rebuilds_the_page(qu
     assert tra_run(question, capsys, "--no-train")[0] == 0 and (question / "README.md").read_text() == page
 
 
+def test_a_record_that_is_not_its_runs_never_reaches_the_page(question, capsys):
+    """NoPE's record written over TRA's (evidence) or copied into TRA's store folder: refused in one line naming the
+    file and both ids, the page left as it was."""
+    assert tra_run(question, capsys)[0] == 0
+    page = (question / "README.md").read_text()
+    evidence = Evidence(question.parent / "runs")
+    records = [evidence.get(r) for r in evidence.runs()]
+    tra, nope = (next(r for r in records if r.config["model"]["attention"] == k) for k in ("tra", "nope"))
+    swapped = type(nope)(tra.run, nope.config, nope.commit, nope.validation, nope.tests)
+    evidence.path(tra.run).write_text(swapped.to_text())
+    code, _, err = tra_run(question, capsys, "--no-train")
+    assert code == 2 and err == f"tra: error: {evidence.path(tra.run)}: its config is run {nope.run}'s, not run " \
+        f"{tra.run}'s that the record says it holds; expected the record its run wrote (an edited config, or another " \
+        "run's record copied here: remove the file, and the run is obtained again)\n"  # fmt: skip
+    assert (question / "README.md").read_text() == page
+    evidence.path(tra.run).unlink()  # obtained again from the store, where NoPE's record.json was copied over TRA's
+    store = RunStore(question.parent.parent / "store")
+    shutil.copy(store.directory(nope.run) / "record.json", store.directory(tra.run) / "record.json")
+    code, _, err = tra_run(question, capsys, "--no-train")
+    assert code == 2 and f"{tra.run}/record.json: holds run {nope.run!r}; expected run {tra.run!r}" in err
+    assert (question / "README.md").read_text() == page
+
+
 def test_a_record_lacking_the_evaluation_is_evaluated_again_from_the_store(question, capsys, monkeypatch):
     assert tra_run(question, capsys)[0] == 0
     evidence = Evidence(question.parent / "runs")

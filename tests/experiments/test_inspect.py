@@ -107,6 +107,8 @@ def test_inspect_a_run_writes_the_page_and_rows(tmp_path, capsys):
         (["--lengths", "0"], r"--lengths = \(0,\); expected positive multiples"),
         (["--sequences", "0"], r"--sequences = 0; expected a positive number"),
         (["--labels", "a", "b"], r"--labels: 2 labels for 1 checkpoints; expected one each"),
+        (["--labels", ""], r"--labels: \[''\]; expected names that are not empty"),
+        (["--labels", " a"], r"--labels: \[' a'\]; expected names that are not empty and do not begin or end with"),
     ],
 )
 def test_bad_inspect_arguments_are_refused(argv, pattern, tmp_path, capsys):

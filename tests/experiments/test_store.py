@@ -10,7 +10,7 @@ import pytest
 
 from tra_attn import ModelConfig
 from tra_attn.experiments.identity import identity, run_id
-from tra_attn.experiments.store import Evidence, Record, RunStore, default_store, lean, read_record
+from tra_attn.experiments.store import RECORD_NAME, Evidence, Record, RunStore, default_store, lean, read_record
 from tra_attn.training import TrainConfig
 
 
@@ -43,20 +43,23 @@ def test_the_identity_keeps_what_a_reader_needs_even_at_its_default():
     assert {"task", "seed", "lr", "steps"} <= set(found) and found["model"]["attention"] == "tra"
 
 
-def record(run: str = "abc", **tests) -> Record:
+RUN = run_id(config())
+
+
+def record(run: str = RUN, **tests) -> Record:
     validation = [{"split": "validation", "length": 16, "metric": "full_seq_acc", "value": 0.5}]
     evaluated = {key: {"commit": "c2", "rows": rows} for key, rows in tests.items()}
-    return Record(run, {"task": "flipflop"}, "c1", validation, evaluated)
+    return Record(run, config().to_dict(), "c1", validation, evaluated)
 
 
 def test_a_record_round_trips_through_its_file_with_one_row_per_line(tmp_path):
     rows = [{"split": "iid", "length": 16, "metric": "full_seq_acc", "value": math.nan}]
     evidence = Evidence(tmp_path / "runs")
     evidence.put(record(**{"sequences=8": rows}))
-    text = evidence.path("abc").read_text()
+    text = evidence.path(RUN).read_text()
     lines = [line.strip().rstrip(",") for line in text.splitlines()]
-    assert json.dumps(record().validation[0]) in lines and json.dumps(rows[0]) in lines and evidence.runs() == ["abc"]
-    back = evidence.get("abc")
+    assert json.dumps(record().validation[0]) in lines and json.dumps(rows[0]) in lines and evidence.runs() == [RUN]
+    back = evidence.get(RUN)
     assert back.tests["sequences=8"]["rows"][0]["value"] != back.tests["sequences=8"]["rows"][0]["value"]  # NaN
     assert dataclasses.replace(back, tests={}) == dataclasses.replace(record(), tests={})
     assert back.covers("sequences=8") and not back.covers("sequences=9") and back.commits("sequences=8") == ["c1", "c2"]
@@ -65,23 +68,49 @@ def test_a_record_round_trips_through_its_file_with_one_row_per_line(tmp_path):
 def test_a_record_gains_evaluations_and_a_diverged_one_is_final():
     merged = record(**{"sequences=8": []}).merged(record(**{"sequences=9": []}))
     assert sorted(merged.tests) == ["sequences=8", "sequences=9"]
-    diverged = Record("abc", {}, "c1", [{"split": "validation", "length": 16, "metric": "diverged", "value": 3}])
+    diverged = Record(RUN, {}, "c1", [{"split": "validation", "length": 16, "metric": "diverged", "value": 3}])
     assert diverged.diverged and diverged.covers("sequences=8") and diverged.rows("sequences=8") == diverged.validation
 
 
 def test_a_file_that_is_not_the_record_it_names_is_refused(tmp_path):
     evidence = Evidence(tmp_path)
-    evidence.put(record("abc"))
-    (tmp_path / "other.json").write_text(evidence.path("abc").read_text())
-    with pytest.raises(ValueError, match="holds run 'abc'"):
+    evidence.put(record())
+    (tmp_path / "other.json").write_text(evidence.path(RUN).read_text())
+    with pytest.raises(ValueError, match=f"holds run '{RUN}'; expected run 'other'"):
         read_record(tmp_path / "other.json")
-    (tmp_path / "bad.json").write_text("{")
+    for text, message in [("{", "not valid JSON"), ("[1]", "a JSON list; expected a run record"),
+                          (json.dumps({"run": "bad"}), "not a run record")]:  # fmt: skip
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ValueError, match=f"bad.json: {message}"):
+            read_record(tmp_path / "bad.json")
+    (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(ValueError, match="bad.json: not valid JSON"):
         read_record(tmp_path / "bad.json")
-    (tmp_path / "bad.json").write_text(json.dumps({"run": "bad"}))
-    with pytest.raises(ValueError, match="not a run record"):
-        read_record(tmp_path / "bad.json")
     assert evidence.get("missing") is None
+
+
+def test_a_record_whose_config_is_not_its_runs_is_refused_wherever_it_is_read(tmp_path):
+    """An edited config, a record copied into another run's place (store or evidence): refused, naming the file and
+    both ids, never read as the run it is filed under."""
+    other = run_id(config(seed=1))
+    evidence, store = Evidence(tmp_path / "runs"), RunStore(tmp_path / "store")
+    edited = dataclasses.replace(record(), config=config(lr=1e-3).to_dict())
+    evidence.put(edited)
+    with pytest.raises(ValueError, match=f"{RUN}.json: its config is run {run_id(config(lr=1e-3))}'s, not run {RUN}"):
+        evidence.get(RUN)
+    store.directory(other).mkdir(parents=True)
+    store.directory(RUN).mkdir(parents=True)
+    store.put(record())
+    (store.directory(RUN) / RECORD_NAME).rename(store.directory(other) / RECORD_NAME)  # copied to another run
+    with pytest.raises(ValueError, match=f"{other}/record.json: holds run '{RUN}'; expected run '{other}'"):
+        store.get(other)
+    relabelled = dataclasses.replace(record(), run=other)  # the run's id rewritten to the place's too
+    store.put(relabelled)
+    with pytest.raises(ValueError, match=f"its config is run {RUN}'s, not run {other}'s"):
+        store.get(other)
+    with pytest.raises(ValueError, match="config = 'x'; expected the run's training config"):
+        evidence.put(dataclasses.replace(record(), config="x"))
+        evidence.get(RUN)
 
 
 def test_the_store_is_the_flag_then_the_environment_then_the_cache(tmp_path, monkeypatch):
@@ -91,9 +120,9 @@ def test_the_store_is_the_flag_then_the_environment_then_the_cache(tmp_path, mon
     monkeypatch.setenv("TRA_STORE", str(tmp_path / "store"))
     assert RunStore().root == tmp_path / "store" and RunStore(tmp_path / "flag").root == tmp_path / "flag"
     store = RunStore(tmp_path / "flag")
-    store.directory("abc").mkdir(parents=True)
+    store.directory(RUN).mkdir(parents=True)
     store.put(record())
-    assert store.get("abc").commit == "c1"
+    assert store.get(RUN).commit == "c1"
 
 
 def test_lean_rows_drop_what_their_record_says_once():

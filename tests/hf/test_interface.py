@@ -6,6 +6,8 @@ removed, save and load, and clear refusals of what cannot work."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,6 +24,7 @@ from transformers import (  # noqa: E402
 )
 
 from tra_attn.hf import add_attention, load_attention  # noqa: E402
+from tra_attn.hf.attention import KINDS  # noqa: E402
 from tra_attn.hf.interface import add_tra, attention_modules, load_tra  # noqa: E402
 from tra_attn.ops.alibi import alibi_attention, alibi_slopes  # noqa: E402
 from tra_attn.ops.fox import forgetting_attention  # noqa: E402
@@ -320,6 +323,55 @@ def test_fox_and_alibi_left_padded_rows_compute_and_generate_what_each_row_alone
         assert torch.equal(out[row, width - len(p) : width - len(p) + len(alone)], alone), row
 
 
+SAVED_AS_CONVERTED = [("llama", "tra", "keep"), ("llama", "fox", "remove"), ("qwen2", "alibi", "remove"),
+                      ("mistral_sliding", "tra", "remove")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "kind", "rope"), SAVED_AS_CONVERTED)
+def test_a_saved_converted_model_never_loads_as_the_plain_family_model(family, kind, rope, tmp_path):
+    """The folder says it holds a converted model: with tra_attn imported, the Auto classes load it as that model
+    (gates, settings and logits); a process that never imports tra_attn cannot load it at all, where it used to
+    load the family's model without the kind (logits off by whole units). A folder saved the former way loads
+    through load_attention and is converted by tra upgrade."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tra_attn.cli import main
+
+    model = converted(family, kind=kind, rope=rope)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    family_type = build(family).config.model_type
+    assert saved["model_type"] == "converted_by_tra_attn" and saved["base_model_type"] == family_type
+    x = ids()
+    with torch.no_grad():
+        expected = model(x, use_cache=False).logits
+        for loaded in (AutoModelForCausalLM.from_pretrained(tmp_path), load_attention(tmp_path)):
+            assert type(loaded) is type(model) and type(loaded.config) is type(model.config)
+            assert getattr(loaded.config, KINDS[kind].key) == getattr(model.config, KINDS[kind].key)
+            assert torch.equal(loaded(x, use_cache=False).logits, expected)
+        fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path))  # new gates, same kind
+        key = KINDS[kind].key
+        assert type(fresh) is type(model) and getattr(fresh.config, key) == getattr(model.config, key)
+    with pytest.raises(ValueError, match=r"loads through tra_attn\.hf\.load_attention\(folder, dtype=\.\.\.\), which "
+                       r"takes no \['device_map'\]"):  # fmt: skip
+        AutoModelForCausalLM.from_pretrained(tmp_path, device_map="cpu")
+    plain = "from transformers import AutoModelForCausalLM as A; import sys; A.from_pretrained(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", plain, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode != 0 and "model type `converted_by_tra_attn`" in done.stderr, done.stderr[-2000:]
+    former = {k: v for k, v in saved.items() if k != "base_model_type"} | {"model_type": saved["base_model_type"]}
+    (tmp_path / "config.json").write_text(json.dumps(former))
+    with torch.no_grad():
+        assert torch.equal(load_attention(tmp_path)(x, use_cache=False).logits, expected)
+    assert main(["upgrade", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "config.json").read_text()) == saved
+    with torch.no_grad():
+        assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path)(x, use_cache=False).logits, expected)
+
+
 @pytest.mark.parametrize(("kind", "rope"), CONVERSIONS)
 def test_each_kind_trains_saves_and_loads_with_its_settings(kind, rope, tmp_path):
     settings = {"gate_bias_init": 1.0} if kind != "alibi" else {}
@@ -391,3 +443,37 @@ def test_what_add_attention_cannot_do_is_refused_by_name(tmp_path):
     plain.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"load_attention: .* holds no model of add_attention \(its config has no"):
         load_attention(tmp_path)
+    plain = LlamaForCausalLM(LlamaConfig(**SIZES))
+    plain.set_attn_implementation("tra_attn.alibi")  # runs, but its config would not say so: refused as TRA's is
+    with pytest.raises(ValueError, match=r"attn_implementation='tra_attn\.alibi' on LlamaAttention of a model not "
+                       r"converted to ALiBi; expected a model prepared by tra_attn\.hf\.add_attention\(model, "
+                       r"kind='alibi'"):  # fmt: skip
+        plain(ids())
+
+
+@pytest.mark.parametrize("kind,settings,message", [
+    ("tra", {"keep_surrogate": -1}, r"TRAOptions\.keep_surrogate = -1; expected a finite number >= 0"),
+    ("tra", {"keep_surrogate": math.nan}, r"TRAOptions\.keep_surrogate = nan; expected a finite number >= 0"),
+    ("tra", {"gate_bias_init": math.nan}, r"TRAOptions\.gate_bias_init = nan; expected a finite number"),
+    ("tra", {"gate_bias_init": math.inf}, r"TRAOptions\.gate_bias_init = inf; expected a finite number"),
+    ("tra", {"threshold": "high"}, r"TRAOptions\.threshold = 'high'; expected a number below \+inf"),
+    ("tra", {"threshold": math.nan}, r"TRAOptions\.threshold = nan; expected a number below \+inf"),
+    ("tra", {"local_window": 2.5}, r"TRAOptions\.local_window = 2\.5; expected a non-negative integer"),
+    ("fox", {"gate_bias_init": math.nan}, r"FoXOptions\.gate_bias_init = nan; expected a finite number"),
+])  # fmt: skip
+def test_settings_are_checked_as_the_kinds_options_are(kind, settings, message):
+    """A setting a model config would refuse is refused by add_attention (and add_tra) by the same check, naming the
+    caller and the setting, before the model is touched."""
+    llama = LlamaForCausalLM(LlamaConfig(**SIZES))
+    before = {name: t.clone() for name, t in llama.state_dict().items()}
+    with pytest.raises(ValueError, match=f"^add_attention: {message}"):
+        add_attention(llama, kind, rope="keep", **settings)
+    if kind == "tra":
+        with pytest.raises(ValueError, match=f"^add_tra: {message}"):
+            add_tra(llama, **settings)
+    assert not hasattr(llama.config, "tra") and not hasattr(llama.config, "fox_attention")
+    assert llama.state_dict().keys() == before.keys()
+    assert (
+        add_attention(llama, kind, rope="keep", gate_bias_init=1).config.__dict__[KINDS[kind].key]["gate_bias_init"]
+        == 1.0
+    )  # an integer for a number: held as the float the options class makes it

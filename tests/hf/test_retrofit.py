@@ -179,6 +179,14 @@ def test_bad_input_is_refused_by_name(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert main(["retrofit", "--preset", "tiny", "--out", str(tmp_path / "file"), "--cache", str(tmp_path)]) == 2
     assert "tra: error:" in capsys.readouterr().err
+    cache_file = ["--cache", str(tmp_path / "file")]
+    assert main(["retrofit", "--preset", "tiny", "--out", str(tmp_path / "out"), *cache_file]) == 2
+    assert f"--cache {tmp_path / 'file'} is a file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before the page's folder is made
+    with pytest.raises(SystemExit):
+        main(["retrofit", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "10% and 25% of the budget" in shown and "%%" not in shown
 
 
 def test_the_retrofit_recipe_of_the_guide_runs(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -231,10 +232,53 @@ def test_other_files_are_left_alone(tmp_path, capsys):
     (folder / "other").mkdir()
     (folder / "other" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
     (folder / "weights.bin").write_bytes(b"\x00\x01")
+    (folder / "blob.json").write_bytes(b"\xff\xfe\x00binary")
+    (folder / "broken.json").write_text("{the user's own notes")
     before = contents(folder)
-    code, out, _ = tra_upgrade(capsys, folder)
-    assert (code, out) == (0, [f"{folder}: every file is of the current version"])
+    left = [f"left alone: {folder / n} (not valid JSON ({why}); not a file of tra)" for n, why in [
+        ("blob.json", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+        ("broken.json", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")]]  # fmt: skip
+    code, out, err = tra_upgrade(capsys, folder)  # no file of tra: said, not "every file is current"
+    assert code == 2 and out == []
+    assert (
+        err == f"tra: error: tra upgrade: {folder} holds no file of tra (2 file(s) that are not JSON left alone); "
+        "expected a run, checkpoint, model, store or results folder, or a config or run record\n"
+    )
     assert contents(folder) == before
+    for empty in (tmp_path / "empty", tmp_path / "empty" / "sub"):
+        empty.mkdir()
+        code, _, err = tra_upgrade(capsys, empty)
+        assert code == 2 and f"{empty} holds no file of tra; expected a run" in err
+    run = copy("v0_1_run", folder)  # beside them, a run of 0.1: converted, the others left alone and named
+    code, out, _ = tra_upgrade(capsys, folder)
+    assert code == 0 and out[:2] == left
+    assert sorted(out[2:]) == sorted(f"converted {p}" for p in run.rglob("*.json")) and len(out) == 5
+    assert {k: v for k, v in contents(folder).items() if not k.startswith("v0_1_run")} == before
+
+
+CHECKPOINT_CONFIG = "checkpoints/step_0000002/config.json"
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"model": {"attention": "transformer_xl"}}, r"ModelConfig\.attention = 'transformer_xl'; expected one of"),
+    ({"steps": "many"}, r"steps = 'many'"),
+])  # fmt: skip
+def test_a_file_that_converts_to_no_valid_config_stops_the_upgrade_before_anything_is_written(change, message, tmp_path,
+                                                                                              capsys):  # fmt: skip
+    """A 0.1 config naming an unknown kind, or with steps = "many", is never stamped current; nor is any other file
+    of the folder converted (a folder is converted all or nothing), and the same holds for an unreadable config."""
+    run = copy("v0_1_run", tmp_path)
+    config = json.loads((run / "train_config.json").read_text())
+    model = {**config["model"], **change.pop("model", {})}
+    (run / "train_config.json").write_text(json.dumps({**config, **change, "model": model}))
+    before = contents(run)
+    code, out, err = tra_upgrade(capsys, run)
+    assert code == 2 and out == [] and re.search(message, err) and str(run / "train_config.json") in err, err
+    assert contents(run) == before
+    (run / "train_config.json").write_text("{")  # a file by a name of tra's that is not JSON: refused, not skipped
+    code, _, err = tra_upgrade(capsys, run)
+    assert code == 2 and f"{run / 'train_config.json'}: not valid JSON" in err
+    assert (run / CHECKPOINT_CONFIG).read_bytes() == before[CHECKPOINT_CONFIG]
 
 
 def test_a_config_json_that_is_no_model_config_is_left_alone(tmp_path):

@@ -42,7 +42,7 @@ def add_retrofit_command(sub: argparse._SubParsersAction) -> None:
         description="Train a RoPE model of transformers' Llama on the preset's text budget, evaluate it at 1x-16x its "
         "training length as it is and with linear, dynamic NTK and YaRN scaling, convert it to TRA (RoPE kept and "
         "removed, and its recommended configuration with RoPE kept), FoX and ALiBi (tra_attn.hf.add_attention), "
-        "train each 10%% and 25%% of the budget more at each peak rate of the preset and keep the rate best on "
+        "train each 10% and 25% of the budget more at each peak rate of the preset and keep the rate best on "
         "validation text before the scored text, train TRA from scratch, and write OUT/README.md with its plot "
         "(experiments/retrofit). Every stage is a checkpoint in the cache: a rerun skips what is done.",
         formatter_class=HelpFormatter,

@@ -35,6 +35,8 @@ def store_of(args) -> RunStore:
 
 def cmd_run(args) -> None:
     store = store_of(args)
+    if args.evidence is not None and args.evidence.exists() and not args.evidence.is_dir():
+        raise ValueError(f"--evidence {args.evidence} is a file; expected a folder of run records (new or existing)")
     for spec in args.specs:
         if args.plan:
             page = build_page(spec, store, args.evidence, train=False, plots=False, device=args.device)
@@ -70,8 +72,9 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
 
 def cmd_flipflop(args) -> None:
     question = main_job(args.preset, tuple(args.seeds))  # checked before any folder is made
+    store = store_of(args)
     out = make_directory(args.out or Path(f"runs/flipflop_{args.preset}"), "--out")
-    source = Source(Evidence(out / "runs"), store_of(args), train=True, progress=not args.no_progress)
+    source = Source(Evidence(out / "runs"), store, train=True, progress=not args.no_progress)
     page = page_of(question, out, source, "tra " + shlex.join(args.argv), device=args.device)
     if page.missing:
         raise Missing(page.missing, more=True)

@@ -191,6 +191,9 @@ def cmd_train(args) -> None:
     from ..training import train
 
     config = config_from_args(args)
+    if config.warmup_steps > config.steps:
+        raise ValueError(f"--warmup-steps = {config.warmup_steps}; expected at most --steps = {config.steps} (the "
+                         "learning rate would never reach its peak)")  # fmt: skip
     checkpoint = train(config, args.out, resume=args.resume, progress=not args.no_progress, fsdp=args.fsdp)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         print(f"trained {config.model.attention}: {checkpoint}")

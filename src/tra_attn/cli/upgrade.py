@@ -12,7 +12,7 @@ def cmd_upgrade(args) -> None:
     from ..upgrade.files import upgrade
 
     for path in args.paths:
-        written = upgrade(path)
+        written = upgrade(path, notice=print)
         if not written:
             print(f"{path}: every file is of the current version")
         for file in written:
@@ -26,7 +26,9 @@ def add_upgrade_command(sub: argparse._SubParsersAction) -> None:
         description="Convert, in place, every file of an earlier version under each PATH: run and checkpoint "
         "configs (train_config.json, config.json), save_pretrained and Hugging Face folders, a run store, run "
         "records, and a 0.2 results folder (its rows become run records in PATH/runs/). Each file is replaced "
-        "atomically and only if it changes; running it again converts what an interruption left.",
+        "atomically and only if it changes, after every file was read and every conversion checked (a file of tra that "
+        "cannot be converted stops it before anything is written; files of other programs are left alone); running "
+        "it again converts what an interruption left.",
         formatter_class=HelpFormatter,
     )
     up.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="a file, or a folder searched recursively")

@@ -112,6 +112,10 @@ def run_labels(checkpoints, labels=None) -> list[str]:
         labels = list(labels)
         if len(labels) != len(checkpoints):
             raise ValueError(f"--labels: {len(labels)} labels for {len(checkpoints)} checkpoints; expected one each")
+        blank = [label for label in labels if not label.strip() or label != label.strip()]
+        if blank:
+            raise ValueError(f"--labels: {blank!r}; expected names that are not empty and do not begin or end with a "
+                             "space (each is a row of the tables)")  # fmt: skip
     else:
         labels = [Path(c).name for c in checkpoints]
         if len(set(labels)) < len(labels):

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import contextvars
 import math
-import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import check_seed
 from .methods import Method
+from .spec_file import run_spec_file
 
 STATUSES = ("current", "pilot", "archived")
 FIGURES = ("longest", "fitted", "first")
@@ -285,7 +285,7 @@ def load_spec(path: str | Path):
         return _LOADED[path]
     token = _LOADING.set(path.parent)
     try:
-        namespace = runpy.run_path(str(path))
+        namespace = run_spec_file(path)
     finally:
         _LOADING.reset(token)
     spec = namespace.get("spec")

@@ -22,7 +22,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..training import TrainConfig
 from ..utils.atomic import atomic_write_text, make_directory
+from .identity import run_id
 
 DIVERGED = "diverged"  # the metric of a run whose training diverged: the step it diverged at
 RECORD_NAME = "record.json"
@@ -108,18 +110,38 @@ class Record:
             raise ValueError(f"{where}: not a run record ({err}); expected run, commit, config, validation") from None
 
 
-def read_record(path: Path) -> Record | None:
-    """The record at ``path``, None if there is none; a ValueError naming the file if it is not one."""
+def read_record(path: Path, run: str | None = None) -> Record | None:
+    """The record at ``path``, None if there is none; a ValueError naming the file if it is not one, or not the
+    record of ``run`` (default: the run its name says, ``<run>.json`` or ``<run>/record.json``). A record is its
+    run's only if its config hashes to the run's identity (``identity.run_id``): an edited config, or a record
+    copied to another run's place, is refused, so that a page never shows a run it did not ask for."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}); expected a run record") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a JSON {type(data).__name__}; expected a run record (an object)")
     record = Record.from_dict(data, path)
-    if record.run != path.name.removesuffix(".json") and path.name != RECORD_NAME:
-        raise ValueError(f"{path}: holds run {record.run!r}; expected the run its name says")
+    expected = run or (path.parent.name if path.name == RECORD_NAME else path.name.removesuffix(".json"))
+    if record.run != expected:
+        raise ValueError(f"{path}: holds run {record.run!r}; expected run {expected!r}, the run its place names")
+    check_identity(record, path)
     return record
+
+
+def check_identity(record: Record, where) -> None:
+    """A ValueError naming ``where`` and both ids unless ``record``'s config hashes to the run it says it is."""
+    if not isinstance(record.config, dict):
+        raise ValueError(f"{where}: config = {record.config!r}; expected the run's training config (an object)")
+    found = run_id(TrainConfig.from_dict(record.config, where=where))
+    if found != record.run:
+        raise ValueError(
+            f"{where}: its config is run {found}'s, not run {record.run}'s that the record says it holds; expected "
+            "the record its run wrote (an edited config, or another run's record copied here: remove the file, and "
+            "the run is obtained again)"
+        )
 
 
 class Evidence:
@@ -132,7 +154,7 @@ class Evidence:
         return self.folder / f"{run}.json"
 
     def get(self, run: str) -> Record | None:
-        return read_record(self.path(run))
+        return read_record(self.path(run), run)
 
     def put(self, record: Record) -> None:
         make_directory(self.folder, "the evidence folder")
@@ -152,7 +174,7 @@ class RunStore:
         return self.root / run
 
     def get(self, run: str) -> Record | None:
-        return read_record(self.directory(run) / RECORD_NAME)
+        return read_record(self.directory(run) / RECORD_NAME, run)
 
     def put(self, record: Record) -> None:
         atomic_write_text(self.directory(record.run) / RECORD_NAME, record.to_text())

@@ -20,18 +20,22 @@ if importlib.util.find_spec("transformers") is None:
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from .attention import add_attention, load_attention  # noqa: E402
+from .attention import ConvertedForCausalLM, add_attention, load_attention  # noqa: E402
 from .configuration import MODEL_TYPE, TRAConfig  # noqa: E402
 from .convert import to_hf, to_native  # noqa: E402
+from .converted import CONVERTED_TYPE, ConvertedConfig  # noqa: E402
 from .interface import add_tra, load_tra  # noqa: E402
 from .modeling import TRACache, TRAForCausalLM  # noqa: E402
 from .tokenization import TRAByteTokenizer, hf_tokenizer  # noqa: E402
 
 
 def register() -> None:
-    """Make ``model_type = "tra"`` loadable by the Auto classes (idempotent)."""
+    """Make ``model_type = "tra"`` and a folder of a model converted by ``add_attention`` (``converted.py``) loadable by
+    the Auto classes (idempotent)."""
     AutoConfig.register(MODEL_TYPE, TRAConfig, exist_ok=True)
     AutoModelForCausalLM.register(TRAConfig, TRAForCausalLM, exist_ok=True)
+    AutoConfig.register(CONVERTED_TYPE, ConvertedConfig, exist_ok=True)  # a folder saved after add_attention
+    AutoModelForCausalLM.register(ConvertedConfig, ConvertedForCausalLM, exist_ok=True)
     AutoTokenizer.register(TRAConfig, slow_tokenizer_class=TRAByteTokenizer, exist_ok=True)
 
 

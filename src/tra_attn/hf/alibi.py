@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..ops.alibi import alibi_attention, alibi_slopes
-from .attach import Kind, check_rope, register, repeat_groups, segments_of, trim_to_mask
+from .attach import Kind, check_converted, check_rope, register, repeat_groups, segments_of, trim_to_mask
 
 NAME = "tra_attn.alibi"
 KEY = "alibi_attention"
@@ -23,6 +23,7 @@ SETTINGS = ("rope",)
 
 def attention_forward(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention-function contract (as ``interface.attention_forward``) -> ((B, Sq, H, D), None)."""
+    check_converted(module, NAME, "alibi", "ALiBi")
     key, value, attention_mask = trim_to_mask(key, value, attention_mask)
     key, value = repeat_groups(query, key, value)
     slopes = alibi_slopes(query.shape[1]).to(query.device)

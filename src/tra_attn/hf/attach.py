@@ -27,6 +27,7 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
+from .converted import base_config, mark_converted
 from .modeling import safetensors_files
 
 ROPE_CHOICES = ("keep", "remove")
@@ -96,6 +97,27 @@ def check_rope(rope, caller: str) -> str:
     return rope
 
 
+def checked_options(options: type, caller: str, settings: dict) -> dict:
+    """``settings`` checked by the kind's options class (as ``ModelConfig`` checks the same options) and as it holds
+    them (an integer given for a float option becomes a float), or a ValueError naming ``caller`` and the setting."""
+    try:
+        checked = options(**settings)
+    except ValueError as err:
+        raise ValueError(f"{caller}: {err}") from None
+    return {name: getattr(checked, name) for name in settings}
+
+
+def check_converted(module: nn.Module, name: str, kind: str, label: str) -> None:
+    """A ValueError unless ``module`` was converted by ``add_attention`` (``attention_settings``): transformers' own
+    ``set_attn_implementation(name)`` leaves the config saying nothing of the kind, and a save loses it."""
+    if not hasattr(module, "attention_settings"):
+        raise ValueError(
+            f"attn_implementation={name!r} on {type(module).__name__} of a model not converted to {label}; expected a "
+            f"model prepared by tra_attn.hf.add_attention(model, kind={kind!r}, rope=...) (or loaded by "
+            "tra_attn.hf.load_attention(folder)), whose config says so"
+        )
+
+
 def hidden_of(args, kwargs) -> torch.Tensor:
     """The input hidden state of an attention module's call (keyword or first positional argument)."""
     return kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
@@ -155,6 +177,7 @@ def convert(model, modules, *, implementation: str, key: str, settings: dict, ga
     if settings["rope"] == "remove":
         remove_rotation(model)
     setattr(model.config, key, settings)
+    mark_converted(model.config)  # saved as converted: a plain load cannot take it for the family's model
     model.set_attn_implementation(implementation)
     return model
 
@@ -260,7 +283,7 @@ def saved_settings(folder, key: str, names: tuple[str, ...]):
     None (and the config as saved) if the config holds no dict under ``key`` with exactly the keys ``names``."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(folder)
+    config = base_config(AutoConfig.from_pretrained(folder))
     settings = getattr(config, key, None)
     if not isinstance(settings, dict) or set(settings) != set(names):
         return config, None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .alibi import KIND as ALIBI
 from .attach import Kind, check_model, convert, load_weights
+from .converted import ConvertedConfig, base_config
 from .fox import KIND as FOX
 from .interface import KIND as TRA
 
@@ -56,7 +57,7 @@ def load_attention(folder, model_class=None, **kwargs):
     saved settings, then every weight loaded (none missing but tied ones, none unexpected)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(folder)
+    config = base_config(AutoConfig.from_pretrained(folder))
     spec = KINDS.get(converted_kind(config))
     if spec is None or set(getattr(config, spec.key)) != set(spec.settings):
         keys = ", ".join(f"config.{k.key}" for k in KINDS.values())
@@ -69,3 +70,37 @@ def load_attention(folder, model_class=None, **kwargs):
     model = (model_class or AutoModelForCausalLM).from_config(config, **kwargs)
     add_attention(model, spec.name, **settings)
     return load_weights(model, folder, "load_attention")
+
+
+# Keyword arguments the Auto classes pass to a model class's from_pretrained by themselves.
+_AUTO_ARGUMENTS = {"_from_auto", "trust_remote_code", "adapter_kwargs", "revision", "code_revision", "cache_dir",
+                   "force_download", "proxies", "token", "local_files_only", "subfolder", "_commit_hash",
+                   "name_or_path"}  # fmt: skip
+
+
+class ConvertedForCausalLM:
+    """What ``AutoModelForCausalLM`` maps ``ConvertedConfig`` to: a folder loads through ``load_attention`` (the
+    family's class, the kind with its saved settings, every weight), a config builds the converted model."""
+
+    config_class = ConvertedConfig
+
+    @classmethod
+    def from_pretrained(cls, folder, *args, config=None, **kwargs):
+        dtype = kwargs.pop("dtype", None) or kwargs.pop("torch_dtype", None)
+        unknown = sorted(k for k, v in kwargs.items() if k not in _AUTO_ARGUMENTS and v is not None)
+        if args or unknown:
+            raise ValueError(
+                f"{folder}: a model converted by add_attention loads through "
+                f"tra_attn.hf.load_attention(folder, dtype=...), which takes no {unknown or list(args)}"
+            )
+        return load_attention(folder, **({"dtype": dtype} if dtype not in (None, "auto") else {}))
+
+    @classmethod
+    def _from_config(cls, config, **kwargs):
+        from transformers import AutoModelForCausalLM
+
+        family = base_config(config)
+        spec = KINDS[converted_kind(family)]
+        settings = getattr(family, spec.key)
+        delattr(family, spec.key)
+        return add_attention(AutoModelForCausalLM.from_config(family, **kwargs), spec.name, **settings)

@@ -19,8 +19,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers.fox import FoXOptions
 from ..ops.fox import forgetting_attention
-from .attach import Kind, check_rope, gate_logits, hidden_of, register, repeat_groups, segments_of, trim_to_mask
+from .attach import (
+    Kind,
+    check_rope,
+    checked_options,
+    gate_logits,
+    hidden_of,
+    register,
+    repeat_groups,
+    segments_of,
+    trim_to_mask,
+)
 
 NAME = "tra_attn.fox"
 KEY = "fox_attention"
@@ -88,8 +99,10 @@ register(NAME, attention_forward, KEY, "FoX")
 
 
 def checked_settings(caller: str, *, gate_bias_init: float = 0.0, rope: str = "keep") -> dict:
-    """FoX's settings as ``config.fox_attention`` holds them, or a ValueError naming ``caller``."""
-    return {"gate_bias_init": float(gate_bias_init), "rope": check_rope(rope, caller)}
+    """FoX's settings as ``config.fox_attention`` holds them, checked as a model's FoX options are (``FoXOptions``),
+    or a ValueError naming ``caller``."""
+    check_rope(rope, caller)
+    return {**checked_options(FoXOptions, caller, {"gate_bias_init": gate_bias_init}), "rope": rope}
 
 
 KIND = Kind("fox", NAME, KEY, SETTINGS, checked_settings, gate_hook)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers.norms import rms_normalize
+from ..layers.tra import TRAOptions
 from ..ops.tra import threshold_relative_attention
 from .attach import (
     ROPE_CHOICES,
@@ -25,6 +26,7 @@ from .attach import (
     attention_modules,
     check_model,
     check_rope,
+    checked_options,
     convert,
     gate_logits,
     keep_hidden,
@@ -81,12 +83,12 @@ def checked_settings(
     caller: str, *, threshold: float = 0.0, local_window: int = 0, keep_surrogate: float = 0.0,
     gate_bias_init: float = 0.0, rope: str = "keep",
 ) -> dict:  # fmt: skip
-    """TRA's settings as ``config.tra`` holds them, or a ValueError naming ``caller`` and the bad one."""
+    """TRA's settings as ``config.tra`` holds them, checked as a model's TRA options are (``TRAOptions``), or a
+    ValueError naming ``caller`` and the bad one."""
     check_rope(rope, caller)
-    if not isinstance(local_window, int) or isinstance(local_window, bool) or local_window < 0:
-        raise ValueError(f"{caller}: local_window = {local_window!r}; expected a non-negative integer")
-    return {"threshold": float(threshold), "local_window": local_window, "keep_surrogate": float(keep_surrogate),
-            "gate_bias_init": float(gate_bias_init), "rope": rope}  # fmt: skip
+    settings = {"threshold": threshold, "local_window": local_window, "keep_surrogate": keep_surrogate,
+                "gate_bias_init": gate_bias_init}  # fmt: skip
+    return {**checked_options(TRAOptions, caller, settings), "rope": rope}
 
 
 def add_tra(

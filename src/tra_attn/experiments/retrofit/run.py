@@ -31,8 +31,8 @@ def run_retrofit(
     settings = retrofit_preset(preset)
     task = make_task("lm", **settings.task_args)
     task.check_data()
+    stage_cache = StageCache(cache if cache is not None else default_cache(), say)  # refused before --out is made
     out = make_directory(Path(out), "--out")
-    stage_cache = StageCache(cache if cache is not None else default_cache(), say)
     validation = task.tokens("validation")
     selection, scored = settings.split_validation(validation)
     span, length = settings.eval_tokens, settings.train.length
