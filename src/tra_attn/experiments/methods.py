@@ -214,11 +214,10 @@ def with_aid(methods, **train) -> tuple[Method, ...]:
     return tuple(m for method in methods for m in (method, aided(method)))
 
 
-# The methods several questions share: the paper's comparison, the newer rivals (as their authors run them, and as
-# this library first ran them), TRA's recommended configuration.
+# The methods several questions share: the paper's comparison, the newer rivals (as their authors run them; as this
+# library first ran them: ``as_first_run``), TRA's recommended configuration.
 PAPER = kinds("tra", "nope", "rope", "alibi", "fox", "cope")
 RIVALS = kinds("t5", "fire", "kerple", "stickbreaking", "ssmax", "asentmax")
-FIRST_RIVALS = tuple(as_first_run(method) for method in RIVALS)
 NEWEST = kinds("softpick", "gated", "selective", "fox_pro", "path", "path_fox", "wall")
 RECOMMENDED = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0})
 RECOMMENDED_SPREAD = Method("tra", options={"local_window": 4, "keep_surrogate": 1.0}, train={"length_spread": 0.75})

@@ -22,11 +22,6 @@ def register_experiment(experiment: Experiment, replace: bool = False) -> Experi
     return experiment
 
 
-def unregister_experiment(name: str) -> None:
-    """Remove a registered experiment (for tests and plug-ins that register temporary ones)."""
-    _REGISTERED.pop(name, None)
-
-
 @functools.cache
 def _packaged() -> dict[str, Experiment]:
     """The records of this folder's experiment packages (each lists its own in ``EXPERIMENTS``)."""

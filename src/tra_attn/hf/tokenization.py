@@ -20,7 +20,6 @@ from ..models.io import HF_MODEL_TYPE
 
 
 BYTE_PAD_TOKEN = "<pad>"
-BYTE_PAD_ID = 256  # outside the model's 256 logits: generation never emits it
 
 
 class TRAByteTokenizer(PreTrainedTokenizer):

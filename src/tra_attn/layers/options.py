@@ -142,15 +142,6 @@ class KindOptions:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def without(cls, name: str, *removed: str) -> type[KindOptions]:
-        """A new options class ``name`` with ``cls``'s options except ``removed`` (an ablation that lacks some
-        of its kind's mechanisms declares exactly the options it honours)."""
-        kept = [f for f in dataclasses.fields(cls) if f.name not in removed]
-        spec = [(f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in kept]
-        namespace = {"prefix": cls.prefix, "check": cls.check, "__doc__": f"{cls.__name__} without {list(removed)}."}
-        return dataclasses.make_dataclass(name, spec, bases=(KindOptions,), frozen=True, namespace=namespace)
-
     def changed(self) -> dict:
         """The options that differ from their defaults, in declaration order."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
