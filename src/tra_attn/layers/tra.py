@@ -33,7 +33,7 @@ head, initialised to 1 (so a new model computes exactly the above). It lifts the
 letting attention sharpen beyond what the distance penalty g_i c_ij allows. With threshold 0 the kept
 set does not depend on t_h (t_h s > 0 iff s > 0); with another threshold, keys are kept iff t_h s > it.
 
-The ablations (DESIGN.md, section 2) are option values of this one layer, each removing or moving one ingredient:
+The ablations (the paper's, docs/model.md) are option values of this one layer, each removing or moving one ingredient:
 
 - ``gate = "key"``: the forget gate is taken at each kept key between j and i (FoX-style),
   logits_ij = s_ij + sum over kept l in [j, i] of g_l (``ops/tra/key_gate.py``, a materialised O(S^2) reference,
