@@ -50,7 +50,7 @@ QUESTION_FIELDS = {"task", "task_args", "model", "lr", "seed", "device", "steps"
 KIND_FIELDS = {"attention", "attention_options", "vocab_size", "tokenizer"}
 
 
-def shown(value) -> str:
+def label_value(value) -> str:
     """A value as labels write it: 4, 0.5, -inf, true, paper."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -106,7 +106,9 @@ class Method:
     def derived_label(self) -> str:
         """The kind's label, then what the method changes: ``TRA (local_window=4; length_spread=0.75)``."""
         base = KIND_STYLE.get(self.kind, (self.kind, None))[0]
-        parts = [", ".join(f"{k}={shown(v)}" for k, v in d.items()) for d in (self.options, self.model, self.train)]
+        parts = [
+            ", ".join(f"{k}={label_value(v)}" for k, v in d.items()) for d in (self.options, self.model, self.train)
+        ]
         parts = [p for p in parts if p]
         return f"{base} ({'; '.join(parts)})" if parts else base
 
@@ -119,7 +121,7 @@ class Method:
 
     def changes(self) -> str:
         """What the method changes, for the page's methods table: ``local_window=4, keep_surrogate=1``."""
-        parts = [f"{k}={shown(v)}" for d in (self.options, self.model, self.train) for k, v in d.items()]
+        parts = [f"{k}={label_value(v)}" for d in (self.options, self.model, self.train) for k, v in d.items()]
         return ", ".join(parts) or "nothing"
 
     def with_lrs(self, lrs) -> Method:
@@ -188,7 +190,7 @@ def as_first_run(method: Method) -> Method:
     former = attention_kind(method.kind).options.before_version_9(method.options)
     if not former:
         return method
-    added = ", ".join(f"{k}={shown(v)}" for k, v in former.items())
+    added = ", ".join(f"{k}={label_value(v)}" for k, v in former.items())
     options, label = {**method.options, **former}, f"{method.label} ({added})"
     return dataclasses.replace(method, options=options, label=label, color="")
 
@@ -207,7 +209,7 @@ def with_aid(methods, **train) -> tuple[Method, ...]:
 
     def aided(method: Method) -> Method:
         given = method.label != method.derived_label()
-        added = ", ".join(f"{k}={shown(v)}" for k, v in train.items())
+        added = ", ".join(f"{k}={label_value(v)}" for k, v in train.items())
         label = f"{method.label} ({added})" if given else ""
         return dataclasses.replace(method, train={**method.train, **train}, label=label, color="")
 

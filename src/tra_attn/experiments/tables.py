@@ -7,7 +7,7 @@ import math
 import statistics as stats
 from collections import defaultdict
 
-from .methods import PALETTE, shown
+from .methods import PALETTE, label_value
 from .store import DIVERGED
 
 
@@ -124,7 +124,7 @@ def sweep_table(sweep: list[dict], selected: dict[str, float], metric: str, lege
     lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | selected |", "|" + "---|" * (len(lrs) + 2)]
     for method in legend.order(by_lr):
         cells = [diverged.get((method, lr)) or fmt(by_lr[method].get(lr, [])) for lr in lrs]
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {shown(selected[method])} |")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {label_value(selected[method])} |")
     return lines
 
 

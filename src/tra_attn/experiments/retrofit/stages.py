@@ -30,7 +30,7 @@ def default_cache() -> Path:
     return Path(cache) / "tra" / "retrofit"
 
 
-def identity(name: str, spec: dict) -> str:
+def stage_id(name: str, spec: dict) -> str:
     """``name-<12 hex digits of the spec's hash>``."""
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     return f"{name}-{digest}"
@@ -47,7 +47,7 @@ class Stage:
 
     @property
     def id(self) -> str:
-        return identity(self.name, self.spec)
+        return stage_id(self.name, self.spec)
 
 
 def load_model(folder: Path):
@@ -125,7 +125,7 @@ class StageCache:
 
     def result(self, name: str, spec: dict, compute: Callable[[], dict]) -> dict:
         """The cached result of ``spec`` (a JSON file), or ``compute()`` now and cached."""
-        path = self.folder / f"{identity(name, spec)}.json"
+        path = self.folder / f"{stage_id(name, spec)}.json"
         if path.is_file():
             self.reused.append(path.stem)
             return json.loads(path.read_text(encoding="utf-8"))["result"]

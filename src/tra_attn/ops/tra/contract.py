@@ -44,7 +44,7 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def shown(value) -> str:
+def typed_repr(value) -> str:
     """A value as an error shows it: its repr, with the type when that is not a plain number."""
     return repr(value) if is_number(value) else f"{value!r} (a {type(value).__name__})"
 
@@ -67,7 +67,7 @@ class KeepRule:
     def __post_init__(self):
         t = self.threshold
         if not is_number(t) or math.isnan(t) or t == math.inf:
-            fail("threshold", shown(t), "a number below +inf (float('-inf') keeps every causal key)")
+            fail("threshold", typed_repr(t), "a number below +inf (float('-inf') keeps every causal key)")
         object.__setattr__(self, "threshold", float(t))
         for name, meaning in (
             ("local_window", "the w most recent keys always kept"),
@@ -75,7 +75,7 @@ class KeepRule:
         ):
             window = getattr(self, name)
             if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
-                fail(name, shown(window), f"a non-negative integer (0: off; w > 0: {meaning})")
+                fail(name, typed_repr(window), f"a non-negative integer (0: off; w > 0: {meaning})")
 
     @property
     def windows(self) -> tuple[int, int]:
@@ -162,16 +162,20 @@ class TrainingAids:
     def __post_init__(self):
         p, tau, seed = self.logit_dropout, self.keep_surrogate, self.dropout_seed
         if not (is_number(p) and 0 <= p < 1):
-            fail("logit_dropout", shown(p), "a probability in [0, 1) (dropout on the logits in training)")
+            fail("logit_dropout", typed_repr(p), "a probability in [0, 1) (dropout on the logits in training)")
         if not (is_number(tau) and math.isfinite(tau) and tau >= 0):
             fail(
                 "keep_surrogate",
-                shown(tau),
+                typed_repr(tau),
                 "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
             )
         integer_tensor = isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in _INTEGER_DTYPES
         if not (seed is None or (isinstance(seed, int) and not isinstance(seed, bool)) or integer_tensor):
-            fail("dropout_seed", shown(seed), "None, an integer or a 0-dim integer tensor (the logit dropout's mask)")
+            fail(
+                "dropout_seed",
+                typed_repr(seed),
+                "None, an integer or a 0-dim integer tensor (the logit dropout's mask)",
+            )
         object.__setattr__(self, "logit_dropout", float(p))
         object.__setattr__(self, "keep_surrogate", float(tau))
 
@@ -198,7 +202,7 @@ class TrainingAids:
             value, default = getattr(self, name), defaults[name]
             if not (value is None if default is None else value == default):
                 why = f" ({reason})" if reason else ""
-                fail(f"aids.{name}", shown(value), f"{default!r}: {who} does not serve it{why}", who=who)
+                fail(f"aids.{name}", typed_repr(value), f"{default!r}: {who} does not serve it{why}", who=who)
 
 
 NO_AIDS = TrainingAids()

@@ -13,7 +13,7 @@ import torch
 from ..autocast import no_autocast
 from ..rms import rms_normalize
 from .chunked import tra_chunked
-from .contract import Documents, KeepRule, TrainingAids, fail, is_number, shown
+from .contract import Documents, KeepRule, TrainingAids, fail, is_number, typed_repr
 from .cpu_build import library as cpu_library
 from .cpu_choice import use_kernels
 from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
@@ -94,16 +94,20 @@ def validate_inputs(
     if len({t.dtype for t in (q, k, v)}) != 1:
         fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
     if scale is not None and not (is_number(scale) and math.isfinite(scale) and scale > 0):
-        fail("scale", shown(scale), "None or a finite positive number")
+        fail("scale", typed_repr(scale), "None or a finite positive number")
     keep = KeepRule(threshold=threshold, local_window=local_window, sliding_window=sliding_window)
     if impl not in IMPLS:
         fail("impl", repr(impl), f"one of {IMPLS}")
     if prune_tau is not None and not (is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
-        fail("prune_tau", shown(prune_tau), "None or a finite positive number (prune attention mass below exp(-tau))")
+        fail(
+            "prune_tau",
+            typed_repr(prune_tau),
+            "None or a finite positive number (prune attention mass below exp(-tau))",
+        )
     aids = TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
     _check_served(impl, prune_tau, aids)
     if qk_norm_eps is not None and not (is_number(qk_norm_eps) and math.isfinite(qk_norm_eps) and qk_norm_eps > 0):
-        fail("qk_norm_eps", shown(qk_norm_eps), "None or a finite positive number (the RMS norm's epsilon)")
+        fail("qk_norm_eps", typed_repr(qk_norm_eps), "None or a finite positive number (the RMS norm's epsilon)")
     if impl == "cpu" and q.device.type != "cpu":
         fail("impl", "'cpu'", f"CPU tensors for the fused CPU kernels (q is on {q.device})")
     if impl == "triton":
@@ -136,13 +140,13 @@ def _check_served(impl: str, prune_tau, aids: TrainingAids) -> None:
     if prune_tau is None or impl not in ("chunked", "cpu", "triton"):
         return
     if impl == "cpu":
-        fail("prune_tau", shown(prune_tau), "None for impl='cpu' (the fused CPU kernels have no early exit; "
+        fail("prune_tau", typed_repr(prune_tau), "None for impl='cpu' (the fused CPU kernels have no early exit; "
              "impl='chunked' prunes)")  # fmt: skip
     for name, value in (("logit_dropout", aids.logit_dropout), ("keep_surrogate", aids.keep_surrogate)):
         if value:
             fail(
                 "prune_tau",
-                shown(prune_tau),
+                typed_repr(prune_tau),
                 f"None with {name} = {value!r} for impl={impl!r} (the early exit's bound holds for the exact "
                 "logits only; impl='naive' or 'auto' runs the materialised reference, which does not prune)",
             )

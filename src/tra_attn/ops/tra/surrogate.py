@@ -21,7 +21,7 @@ import torch
 
 from ..masks import relative_distance
 from ..varlen import segment_mask
-from .contract import NO_DOCUMENTS, Documents, KeepRule, TrainingAids, fail, shown
+from .contract import NO_DOCUMENTS, Documents, KeepRule, TrainingAids, fail, typed_repr
 from .naive import dropout_factors, reverse_cumsum, softmax_weights, tra_logits
 
 
@@ -48,7 +48,12 @@ def tra_surrogate(
     """
     tau = aids.keep_surrogate
     if not tau:
-        fail("aids.keep_surrogate", shown(tau), "a temperature > 0 (0 is the exact op: tra_naive)", who="tra_surrogate")
+        fail(
+            "aids.keep_surrogate",
+            typed_repr(tau),
+            "a temperature > 0 (0 is the exact op: tra_naive)",
+            who="tra_surrogate",
+        )
     local_window, sliding_window = keep.windows
     segment_ids = documents.ids
     scores, kept, logits = tra_logits(q, k, log_gate, scale, keep.threshold, local_window, sliding_window, segment_ids)
