@@ -1,4 +1,4 @@
-"""Flip-flop for the local-context variants of TRA (issue 24), beside TRA and FoX."""
+"""Flip-flop for the local-context variants of TRA , beside TRA and FoX."""
 
 from tra_attn.experiments.methods import RECOMMENDED, Method, kinds
 from tra_attn.experiments.spec import Question

@@ -1,4 +1,4 @@
-"""Hierarchy with a 3000-step cap (issues 24 and 30): is fitting it a matter of budget?"""
+"""Hierarchy with a 3000-step cap: is fitting it a matter of budget?"""
 
 from tra_attn.experiments.methods import RECOMMENDED, RECOMMENDED_SPREAD, kinds
 from tra_attn.experiments.spec import Question

@@ -1,4 +1,4 @@
-"""Issue 30: which keys do fitted-but-not-invariant TRA models keep at 8x on majority that exact ones drop?"""
+"""Which keys do fitted-but-not-invariant TRA models keep at 8x on majority that exact ones drop?"""
 
 from tra_attn.experiments.methods import RECOMMENDED
 from tra_attn.experiments.spec import Inspection

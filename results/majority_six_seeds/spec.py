@@ -1,4 +1,4 @@
-"""Majority over six seeds (issues 24 and 30): which training fix makes TRA exact at 8x in every seed?"""
+"""Majority over six seeds: which training fix makes TRA exact at 8x in every seed?"""
 
 from tra_attn.experiments.methods import RECOMMENDED, RECOMMENDED_SPREAD, Method, kinds
 from tra_attn.experiments.spec import Question

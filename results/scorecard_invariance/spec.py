@@ -1,4 +1,4 @@
-"""Issue 30: does one TRA configuration meet every bar at once, with invariance that training finds every time?"""
+"""Does one TRA configuration meet every bar at once, with invariance that training finds every time?"""
 
 from tra_attn.experiments.methods import RECOMMENDED, RECOMMENDED_SPREAD, Method
 from tra_attn.experiments.spec import Bar, Scorecard

@@ -1,4 +1,4 @@
-"""Issue 24: is there one TRA configuration near FoX on text, exact on flip-flop and at 8x on majority, and fitting
+"""Is there one TRA configuration near FoX on text, exact on flip-flop and at 8x on majority, and fitting
 MQAR and hierarchy as often as FoX?"""
 
 from tra_attn.experiments.methods import NO_THRESHOLD, RECOMMENDED, Method, kinds

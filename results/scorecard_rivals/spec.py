@@ -1,4 +1,4 @@
-"""Issues 31 and 43: every method (the rivals as their authors run them, the newest kinds) against the authors' TRA,
+"""Every method (the rivals as their authors run them, the newest kinds) against the authors' TRA,
 on every bar of every task."""
 
 from tra_attn.experiments.methods import NEWEST, RECOMMENDED, RECOMMENDED_SPREAD, RIVALS, Method, kinds, randomized

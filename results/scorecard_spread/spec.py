@@ -1,4 +1,4 @@
-"""Issue 43, section 2: the spread of training lengths (length_spread=0.75) as a column of the comparison, every
+"""The spread of training lengths (length_spread=0.75) as a column of the comparison, every
 method of the rivals' comparison with and without it, against the authors' TRA, on every bar that a spread question
 answers (text has no spread rows: the rivals' scorecard holds its bar)."""
 

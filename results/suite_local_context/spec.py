@@ -1,4 +1,4 @@
-"""The local-context variants of TRA on majority, MQAR and hierarchy (issue 24)."""
+"""The local-context variants of TRA on majority, MQAR and hierarchy."""
 
 from tra_attn.experiments.methods import RECOMMENDED, Method
 from tra_attn.experiments.spec import Question

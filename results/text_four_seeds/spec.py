@@ -1,4 +1,4 @@
-"""TRA's recommended configuration against FoX on text over four seeds (issue 30)."""
+"""TRA's recommended configuration against FoX on text over four seeds."""
 
 from tra_attn.experiments.methods import RECOMMENDED, kinds
 from tra_attn.experiments.spec import Question

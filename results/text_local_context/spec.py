@@ -1,4 +1,4 @@
-"""Whether a local window, a windowed dense head or a gradient to dropped keys closes TRA's text gap (issue 24)."""
+"""Whether a local window, a windowed dense head or a gradient to dropped keys closes TRA's text gap."""
 
 from tra_attn.experiments.methods import NO_THRESHOLD, RECOMMENDED, Method, kinds
 from tra_attn.experiments.spec import Question

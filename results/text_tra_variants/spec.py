@@ -1,4 +1,4 @@
-"""Why TRA trails FoX on text (issue 13): TRA's variants beside FoX and ALiBi on byte-level Austen."""
+"""Why TRA trails FoX on text: TRA's variants beside FoX and ALiBi on byte-level Austen."""
 
 from tra_attn.experiments.methods import NO_THRESHOLD, Method, kinds
 from tra_attn.experiments.spec import Question

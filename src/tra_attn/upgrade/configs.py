@@ -16,7 +16,7 @@ change is a default for a field that did not exist yet, or a move that finds not
 versions need no step of their own. What a released version wrote must be there: a 0.2 config that lost a flat
 option field, or holds an option twice, is refused by name.
 
-ModelConfig version 9 changed what some kinds' names mean (their authors' configuration; issue 43): a config of
+ModelConfig version 9 changed what some kinds' names mean (their authors' configuration): a config of
 version 8 or earlier gets the options that say what its kind computed then (``former_options``, which each kind's
 options declare). Its run's identity therefore changes with it, and ``tra upgrade`` moves its record (and its
 store folder) to the new one.

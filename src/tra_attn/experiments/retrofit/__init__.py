@@ -1,4 +1,4 @@
-"""Retrofitting (issue 41, section 2): does a short uptraining give a RoPE model TRA's extrapolation?
+"""Retrofitting: does a short uptraining give a RoPE model TRA's extrapolation?
 
 On a text budget of the language-model presets, a RoPE model of transformers' own class (Llama) is trained, then
 evaluated at 1x-16x its training length as it is and with transformers' inference-time RoPE scaling (linear, dynamic
