@@ -16,6 +16,8 @@ from typing import ClassVar
 
 import torch
 
+from ..utils.checks import is_int
+
 TEST_SEED = 3_000_000_000  # test sets are shared by every method and seed; split k uses TEST_SEED + k
 
 
@@ -60,7 +62,7 @@ class Task:
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""
-        if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
+        if not is_int(length) or length <= 0:
             raise ValueError(f"{self.name}: length = {length!r}; expected a positive number of tokens")
         return length
 

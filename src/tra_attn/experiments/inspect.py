@@ -26,6 +26,7 @@ from ..metrics import sequence_metrics
 from ..models import TransformerLM
 from ..training.checkpoint import TRAIN_CONFIG_NAME, resolve_checkpoint
 from ..training.config import TrainConfig
+from ..utils.checks import is_int
 
 SUMMARY = ("kept, all queries", "kept", "keys kept", "no key kept", "mass on window-only keys")
 
@@ -131,7 +132,7 @@ def run_labels(checkpoints, labels=None) -> list[str]:
 
 def inspect_runs(checkpoints, labels=None, factors=(1, 2, 8), data=None, sequences: int = 32, seed: int = TEST_SEED):
     """Every checkpoint at every length: a list of ``Inspected``. Labels default to the run folders' names."""
-    if not isinstance(sequences, int) or isinstance(sequences, bool) or sequences <= 0:
+    if not is_int(sequences) or sequences <= 0:
         raise ValueError(f"--sequences = {sequences!r}; expected a positive number of sequences per length")
     if data is None and (not factors or any(not isinstance(f, int) or f <= 0 for f in factors)):
         raise ValueError(f"--lengths = {factors!r}; expected positive multiples of the training length")

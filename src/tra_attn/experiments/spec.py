@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import check_seed
+from ..utils.checks import is_int, is_number
 from .methods import Method
 from .spec_file import run_spec_file
 
@@ -35,7 +36,7 @@ _LOADED: dict[Path, object] = {}
 
 def _positive_rates(rates, what: str) -> tuple[float, ...]:
     rates = tuple(rates)
-    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) and r > 0 for r in rates):
+    if not all(is_number(r) and math.isfinite(r) and r > 0 for r in rates):
         raise ValueError(f"{what} = {rates!r}; expected finite positive learning rates")
     if len(set(rates)) != len(rates):
         raise ValueError(f"{what} = {rates!r}; expected each rate once")
@@ -95,7 +96,7 @@ class Question:
             raise ValueError("Question.sweep_seeds: no method has a grid of two or more rates to sweep")
         object.__setattr__(self, "sweep_seeds", sweep)
         steps = self.steps
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        if steps is not None and (not is_int(steps) or steps < 1):
             raise ValueError(f"Question.steps = {self.steps!r}; expected a positive number of steps")
         fit = self.fit_accuracy
         if fit is not None and not (isinstance(fit, (int, float)) and 0 <= fit <= 1):

@@ -30,12 +30,13 @@ from ..ops.asentmax import asentmax_query_scale, entmax_attention
 from ..ops.logit_dropout import IMPLS
 from ..ops.masks import compute_dtype
 from ..ops.rows import key_counts
+from ..utils.checks import is_number
 from .base import Attention
 from .options import KindOptions, one_of, option
 
 
 def entmax_alpha(value) -> str | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 2
+    ok = is_number(value) and 1 < value <= 2
     return None if ok else "a number in (1, 2] (1 would be softmax, 2 is sparsemax)"
 
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..ops.positions import random_positions
+from ..utils.checks import is_int, is_number
 from .cache import LayerCache
 from .options import KindOptions, NoOptions, RandomPositionsOptions
 
@@ -20,11 +21,11 @@ if TYPE_CHECKING:  # type hints only: the model config is data the layers read
 def check_sizes(d_model, n_heads, attention_dropout) -> None:
     """The layer arguments every kind shares, or a ValueError naming the argument."""
     for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        if not is_int(value) or value <= 0:
             raise ValueError(f"{name} = {value!r}; expected a positive integer")
     if d_model % n_heads:
         raise ValueError(f"d_model = {d_model}; expected a multiple of n_heads = {n_heads}")
-    ok = isinstance(attention_dropout, (int, float)) and not isinstance(attention_dropout, bool)
+    ok = is_number(attention_dropout)
     if not (ok and 0.0 <= attention_dropout < 1.0):
         raise ValueError(f"attention_dropout = {attention_dropout!r}; expected a probability in [0, 1)")
 

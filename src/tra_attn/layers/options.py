@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..utils.checks import is_int, is_number
+
 Check = Callable[[Any], str | None]  # a value -> None if it is valid, else what was expected
 
 
@@ -28,36 +30,28 @@ def option(default, help: str, check: Check | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "check": check})
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def non_negative_int(value) -> str | None:
-    return None if _is_int(value) and value >= 0 else "a non-negative integer"
+    return None if is_int(value) and value >= 0 else "a non-negative integer"
 
 
 def positive_int(value) -> str | None:
-    return None if _is_int(value) and value > 0 else "a positive integer"
+    return None if is_int(value) and value > 0 else "a positive integer"
 
 
 def finite(value) -> str | None:
-    return None if _is_number(value) and math.isfinite(value) else "a finite number"
+    return None if is_number(value) and math.isfinite(value) else "a finite number"
 
 
 def positive(value) -> str | None:
-    return None if _is_number(value) and math.isfinite(value) and value > 0 else "a finite positive number"
+    return None if is_number(value) and math.isfinite(value) and value > 0 else "a finite positive number"
 
 
 def non_negative(value) -> str | None:
-    return None if _is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
+    return None if is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
 
 
 def below_inf(value) -> str | None:
-    return None if _is_number(value) and value < math.inf else "a number below +inf (-inf allowed, not NaN)"
+    return None if is_number(value) and value < math.inf else "a number below +inf (-inf allowed, not NaN)"
 
 
 def one_of(*choices: str) -> Check:
@@ -71,7 +65,7 @@ def _default_check(default) -> Check:
     if isinstance(default, bool):
         return lambda value: None if isinstance(value, bool) else "true or false"
     if isinstance(default, int):
-        return lambda value: None if _is_int(value) else "an integer"
+        return lambda value: None if is_int(value) else "an integer"
     if isinstance(default, float):
         return finite
     return lambda value: None if isinstance(value, type(default)) else f"a {type(default).__name__}"
@@ -92,7 +86,7 @@ class KindOptions:
             expected = (f.metadata.get("check") or _default_check(f.default))(value)
             if expected:
                 raise ValueError(f"{self.describe(f.name)} = {value!r}; expected {expected}")
-            if isinstance(f.default, float) and _is_int(value):
+            if isinstance(f.default, float) and is_int(value):
                 object.__setattr__(self, f.name, float(value))
         self.check()
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..layers import KindOptions, attention_kind, check_model_config
+from ..utils.checks import is_int, is_number
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
 VERSION = 9
@@ -31,11 +32,6 @@ def legacy_kind_error(attention: str) -> str:
         "options of 'tra' since ModelConfig version 8; `tra upgrade PATH` converts a saved config naming the former "
         "kind)"
     )
-
-
-def _is_number(value) -> bool:
-    """An int or a float, not a bool (``True`` is an int to Python, never a number in a config)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 INIT_SCHEMES = ("normal", "notebook")
@@ -119,7 +115,7 @@ class ModelConfig:
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_int(value) or value <= 0:
                 fail(name, "a positive integer")
         if self.d_model % self.n_heads:
             fail("d_model", f"a multiple of n_heads = {self.n_heads}")
@@ -127,7 +123,7 @@ class ModelConfig:
             fail("block_style", "'prenorm' or 'paper'")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+            if not is_number(value) or not 0.0 <= value < 1.0:
                 fail(name, "a probability in [0, 1)")
         if not isinstance(self.residual_dropout, bool):
             fail("residual_dropout", "true or false")
@@ -137,7 +133,7 @@ class ModelConfig:
             fail("mlp_bias", "true or false")
         for name in ("mlp_ratio", "norm_eps", "init_std"):
             value = getattr(self, name)
-            if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            if not is_number(value) or not math.isfinite(value) or value <= 0:
                 fail(name, "a finite positive number")
         if int(self.mlp_ratio * self.d_model) < 1:
             fail(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..ops.varlen import check_padding_mask
+from ..utils.checks import is_int
 from .token_ids import as_index
 
 
@@ -41,11 +42,11 @@ def check_generate_args(model, input_ids, max_new_tokens, temperature, top_k, at
                 f"generate: attention_mask[{right[0]}, -1] = 0; expected left padding (new tokens follow the last "
                 "token of each row: pad prompts on the left)"
             )
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens = {max_new_tokens!r}; expected a non-negative integer")
     if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
         raise ValueError(f"generate: temperature = {temperature!r}; expected a finite number >= 0")
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k <= 0):
+    if top_k is not None and (not is_int(top_k) or top_k <= 0):
         raise ValueError(f"generate: top_k = {top_k!r}; expected None or a positive integer")
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ..data import make_task
 from ..layers import check_model_config
 from ..models import ModelConfig
+from ..utils.checks import is_int, is_number
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 from .length_spread import check_spread_lengths
 
@@ -24,7 +25,7 @@ SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take a signed 
 
 def check_seed(value, what: str):
     """``value`` if it is a seed (an integer in [0, 2**63)), else a ValueError naming ``what`` (a field or flag)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
+    if not is_int(value) or not 0 <= value < SEED_LIMIT:
         raise ValueError(f"{what} = {value!r}; expected an integer seed in [0, 2**63)")
     return value
 
@@ -95,12 +96,12 @@ class TrainConfig:
         positive = ("length", "steps", "batch_size", "grad_accum", "log_every", "eval_sequences", "checkpoint_every")
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
         check_seed(self.seed, "TrainConfig.seed")
         for name in ("warmup_steps", "eval_every"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")
         if self.batch_size % self.grad_accum:
             raise ValueError(
@@ -116,28 +117,19 @@ class TrainConfig:
         }
         for name, (low, high, high_ok) in ranges.items():
             value = getattr(self, name)
-            ok = (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and low <= value
-                and (value < high or (high_ok and value == high))
-            )
+            ok = is_number(value) and low <= value and (value < high or (high_ok and value == high))
             if not ok:
                 raise ValueError(
                     f"TrainConfig.{name} = {value!r}; expected a number in [{low:g}, {high:g}{']' if high_ok else ')'}"
                 )
-        if not (
-            isinstance(self.fit_accuracy, (int, float))
-            and not isinstance(self.fit_accuracy, bool)
-            and 0.0 <= self.fit_accuracy <= 1.0
-        ):
+        if not (is_number(self.fit_accuracy) and 0.0 <= self.fit_accuracy <= 1.0):
             raise ValueError(f"TrainConfig.fit_accuracy = {self.fit_accuracy!r}; expected a number in [0, 1] (0: off)")
         if self.fit_accuracy and not self.eval_every:
             raise ValueError(
                 f"TrainConfig.fit_accuracy = {self.fit_accuracy} needs periodic validation; expected eval_every > 0"
             )
         spread = self.length_spread
-        if not (isinstance(spread, (int, float)) and not isinstance(spread, bool) and 0.0 <= spread < 1.0):
+        if not (is_number(spread) and 0.0 <= spread < 1.0):
             raise ValueError(f"TrainConfig.length_spread = {spread!r}; expected a fraction in [0, 1) (0: off)")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")

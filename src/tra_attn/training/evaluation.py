@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..data import check_scored, make_task, recorded_task_args
 from ..models import TransformerLM
+from ..utils.checks import is_int
 from ..utils.provenance import git_commit
 from .checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
 from .config import TrainConfig, check_device
@@ -38,9 +39,9 @@ def evaluate_checkpoint(
     config, so it needs ``task`` (and ``length`` unless ``data`` is given). ``task`` naming the run's own
     task keeps the run's task arguments; another task is built with its defaults."""
     check_device(device)
-    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length <= 0):
+    if length is not None and (not is_int(length) or length <= 0):
         raise ValueError(f"length = {length!r}; expected a positive number of tokens (the training length)")
-    if not isinstance(sequences, int) or isinstance(sequences, bool) or sequences <= 0:
+    if not is_int(sequences) or sequences <= 0:
         raise ValueError(f"sequences = {sequences!r}; expected a positive number of sequences per split")
     path = resolve_checkpoint(checkpoint)
     model = TransformerLM.from_pretrained(path, device=device).eval()

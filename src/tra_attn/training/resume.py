@@ -9,6 +9,7 @@ import torch
 
 from ..data import absolute_task_args, recorded_task_args
 from ..models import TransformerLM
+from ..utils.checks import is_int
 from ..utils.dataclass_io import OldVersion
 from .checkpoint import (
     TRAIN_STATE_NAME,
@@ -60,7 +61,7 @@ def check_step(checkpoint: Path, step) -> None:
     """A ValueError unless the training state's ``step`` is the one the folder's name (step_0000040) says:
     a checkpoint copied or renamed by hand would otherwise resume at another step than the one it claims."""
     named = int(checkpoint.name.removeprefix("step_"))
-    if not isinstance(step, int) or isinstance(step, bool) or step != named:
+    if not is_int(step) or step != named:
         raise ValueError(
             f"checkpoint {checkpoint}: {TRAIN_STATE_NAME} holds step = {step!r}; expected {named}, the step its "
             "folder is named for (a checkpoint renamed or copied over another?)"

@@ -31,6 +31,7 @@ from ..layers import ATTENTION_KINDS
 from ..models.config import LEGACY_TRA_KINDS
 from ..models.config import VERSION as MODEL_VERSION
 from ..training.config import VERSION as TRAIN_VERSION
+from ..utils.checks import is_int
 
 # 0.2 kept every kind's options as flat fields of the model config: flat name -> option.
 FLAT_OPTIONS = {
@@ -182,6 +183,6 @@ def _versioned(name: str, data, current: int) -> tuple[dict, int]:
         raise ValueError(f"{name}: got {type(data).__name__}; expected a JSON object of fields")
     data = dict(data)
     version = data.pop("version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= current:
+    if not is_int(version) or not 1 <= version <= current:
         raise ValueError(f"{name}: version = {version!r}; expected 1 to {current} (a newer file needs a newer tra)")
     return data, version

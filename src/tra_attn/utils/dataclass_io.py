@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .checks import is_int
+
 
 def dataclass_from_dict(cls, data: dict, required: bool = False, where=None):
     """``cls(**data)``, refusing keys that are not fields of ``cls`` (and, if ``required``, missing ones); errors
@@ -35,7 +37,7 @@ def current_fields(name: str, data, current: int, where=None, partial: bool = Fa
         raise ValueError(f"{at}{name}: got {type(data).__name__}; expected a JSON object of fields")
     data = dict(data)
     version = data.pop("version", current if partial else 1)
-    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < current:
+    if is_int(version) and 1 <= version < current:
         raise OldVersion(
             f"{at}{name} version {version}, written by an earlier version of tra; expected version {current}: "
             f"convert it with `tra upgrade {path or where or 'PATH'}` (PATH: the file, or the run, model or results "

@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
     Specials,
@@ -78,7 +79,7 @@ class AsentmaxFlipFlop(Task):
         return length - 2
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < 6 or length % 2:
+        if not is_int(length) or length < 6 or length % 2:
             raise ValueError(
                 f"{self.name}: length = {length!r}; expected 2 p + 2 tokens for p >= 2 (command, bit) pairs (<bos>, "
                 f"the pairs, <eos>): an even integer >= 6, e.g. 66 for the authors' seq_len = 64"

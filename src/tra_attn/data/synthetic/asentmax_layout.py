@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from ...utils.checks import is_number
 from ..task import TEST_SEED, EvalSplit, Task, split_sequences
 from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
 
@@ -38,7 +39,7 @@ FIRST_TEST = 64  # the authors' shortest test seq_len (scripts/generate_data.py:
 
 def check_fraction(task: str, name: str, value, closed_top: bool) -> float:
     """A number in (0, 1], or (0, 1) when not ``closed_top``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0.0
+    ok = is_number(value) and value > 0.0
     ok = ok and (value <= 1.0 if closed_top else value < 1.0)
     if not ok:
         raise ValueError(f"{task}: {name} = {value!r}; expected a number in (0, 1{']' if closed_top else ')'}")

@@ -38,6 +38,7 @@ from typing import ClassVar
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
     Specials,
@@ -101,7 +102,7 @@ class AsentmaxLocalCount(Task):
         return length - 3
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < 4:
+        if not is_int(length) or length < 4:
             raise ValueError(
                 f"{self.name}: length = {length!r}; expected n + 3 tokens (<bos>, n >= 1 source tokens, <sep>, the "
                 f"count): an integer >= 4, e.g. 131 for n = 128"

@@ -45,6 +45,7 @@ from typing import ClassVar
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
     Specials,
@@ -158,7 +159,7 @@ class AsentmaxMQMTAR(Task):
         return _smallest_seq_len(self.kv_fraction, self.unit, self.num_words, self.num_q, prefix)
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1 or self.seq_len_of(length) is None:
+        if not is_int(length) or length < 1 or self.seq_len_of(length) is None:
             shortest = self.length_of(next(s for s in range(1, 10**6) if self.layout(s) is not None))
             raise ValueError(
                 f"{self.name}: length = {length!r}; expected a length the authors' layout makes, 3 + num_kv * "

@@ -32,6 +32,7 @@ from typing import ClassVar
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
     Specials,
@@ -91,7 +92,7 @@ class AsentmaxNBack(Task):
 
     def check_length(self, length) -> int:
         low = self.length_of(self.num_steps + 1)
-        if not isinstance(length, int) or isinstance(length, bool) or length < low or length % 2 == 0:
+        if not is_int(length) or length < low or length % 2 == 0:
             raise ValueError(
                 f"{self.name}: length = {length!r}; expected 2 m + 3 tokens (<bos> and m + 1 source tokens, each "
                 f"followed by its label) for a seq_len m > num_steps = {self.num_steps}: an odd integer >= {low}, "

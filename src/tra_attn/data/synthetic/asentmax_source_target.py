@@ -25,6 +25,7 @@ from typing import ClassVar
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch
 from .asentmax_layout import (
     Specials,
@@ -72,7 +73,7 @@ class SourceTarget(Task):
         return (length - 3) // 2
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < 5 or length % 2 == 0:
+        if not is_int(length) or length < 5 or length % 2 == 0:
             raise ValueError(
                 f"{self.name}: length = {length!r}; expected 2 n + 3 tokens for n >= 1 source tokens (<bos>, the "
                 f"source, <sep>, the target, <eos>): an odd integer >= 5, e.g. 131 for the authors' n = 64"

@@ -5,25 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...utils.checks import is_int, is_number
 from ..task import TEST_SEED, EvalSplit, Task, split_sequences
 
 LONG_FACTORS = (2, 4, 8)  # the iid splits beyond the training length, as multiples of it
 
 
 def check_int(task: str, name: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    if not is_int(value) or value < low:
         raise ValueError(f"{task}: {name} = {value!r}; expected an integer >= {low}")
     return value
 
 
 def check_num(task: str, num) -> int:
-    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+    if not is_int(num) or num < 0:
         raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
     return num
 
 
 def check_density(task: str, name: str, value) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+    if not is_number(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"{task}: {name} = {value!r}; expected a fraction in [0, 1)")
     return float(value)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int, is_number
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 CHARS = "wri01"
@@ -28,13 +29,13 @@ ROLES = ("latest write", "older write", "ignore", "other read", "the read")  # k
 
 
 def check_p_ignore(p_ignore) -> float:
-    if not isinstance(p_ignore, (int, float)) or isinstance(p_ignore, bool) or not 0.0 <= p_ignore < 1.0:
+    if not is_number(p_ignore) or not 0.0 <= p_ignore < 1.0:
         raise ValueError(f"flip-flop: p_ignore = {p_ignore!r}; expected a probability in [0, 1)")
     return float(p_ignore)
 
 
 def check_length(length) -> int:
-    if not isinstance(length, int) or isinstance(length, bool) or length <= 0 or length % 2:
+    if not is_int(length) or length <= 0 or length % 2:
         raise ValueError(f"flip-flop: length = {length!r}; expected a positive even number of tokens")
     return length
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int, is_number
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 ALPHABET = ".()=?~" + string.ascii_lowercase + string.digits
@@ -50,13 +51,13 @@ _CHAR_TO_ID = {c: i for i, c in enumerate(ALPHABET)}
 
 
 def _check_int(name: str, value, low: int, high: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+    if not is_int(value) or value < low or (high is not None and value > high):
         expected = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
         raise ValueError(f"hierarchy: {name} = {value!r}; expected {expected}")
 
 
 def _check_probability(name: str, value, why_not_zero: str) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0.0 <= value < 1.0):
+    if not is_number(value) or not (0.0 <= value < 1.0):
         raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1)")
     if value == 0:
         raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1): {why_not_zero}")
@@ -116,7 +117,7 @@ class Hierarchy(Task):
         return self.scopes * (2 + 3 * self.conslen)
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < self.structure_tokens:
+        if not is_int(length) or length < self.structure_tokens:
             raise ValueError(
                 f"hierarchy: length = {length!r}; expected an integer of at least {self.structure_tokens} tokens, "
                 f"the size of r_count = {self.r_count} scopes with depth = {self.depth}, branching = "
@@ -127,7 +128,7 @@ class Hierarchy(Task):
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
         self.check_length(length)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        if not is_int(num) or num < 0:
             raise ValueError(f"hierarchy: num = {num!r}; expected a non-negative integer")
         gen = torch.Generator().manual_seed(seed)
         statements = self.scopes * self.conslen

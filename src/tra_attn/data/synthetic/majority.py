@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .density_splits import check_density, density_splits
 
@@ -60,7 +61,7 @@ class Majority(Task):
 
     def __post_init__(self):
         n = self.num_marked
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1 or n % 2 == 0:
+        if not is_int(n) or n < 1 or n % 2 == 0:
             raise ValueError(f"majority: num_marked = {n!r}; expected a positive odd integer (no ties)")
         check_density("majority", "distractor_density", self.distractor_density)
 
@@ -81,7 +82,7 @@ class Majority(Task):
         return low
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < self.min_length():
+        if not is_int(length) or length < self.min_length():
             raise ValueError(
                 f"majority: length = {length!r}; expected an integer >= {self.min_length()} (num_marked = "
                 f"{self.num_marked} marked bits at distractor_density = {self.distractor_density}, the query "
@@ -92,7 +93,7 @@ class Majority(Task):
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
         self.check_length(length)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        if not is_int(num) or num < 0:
             raise ValueError(f"majority: num = {num!r}; expected a non-negative integer")
         gen = torch.Generator().manual_seed(seed)
         n, body = self.num_marked, length - 2

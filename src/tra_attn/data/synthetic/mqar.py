@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .density_splits import check_density, check_int, density_splits
 
@@ -86,7 +87,7 @@ class MultiQueryRecall(Task):
         return low
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < self.min_length():
+        if not is_int(length) or length < self.min_length():
             raise ValueError(
                 f"mqar: length = {length!r}; expected an integer >= {self.min_length()} (num_pairs = "
                 f"{self.num_pairs} pairs, the separator and one query at filler_density = {self.filler_density})"
@@ -96,7 +97,7 @@ class MultiQueryRecall(Task):
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
         self.check_length(length)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        if not is_int(num) or num < 0:
             raise ValueError(f"mqar: num = {num!r}; expected a non-negative integer")
         gen = torch.Generator().manual_seed(seed)
         k = self.num_pairs

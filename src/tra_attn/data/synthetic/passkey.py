@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int, is_number
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 KEY_MARK, QUESTION, FILLER0 = 10, 11, 12
@@ -87,15 +88,15 @@ class Passkey(Task):
 
     def __post_init__(self):
         k = self.key_digits
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        if not is_int(k) or k < 1:
             raise ValueError(f"passkey: key_digits = {k!r}; expected an integer >= 1")
         d = self.depth
-        if d is not None and (not isinstance(d, (int, float)) or isinstance(d, bool) or not 0.0 <= d <= 1.0):
+        if d is not None and (not is_number(d) or not 0.0 <= d <= 1.0):
             raise ValueError(f"passkey: depth = {d!r}; expected None (uniform) or a fraction in [0, 1]")
         if self.filler not in FILLER_KINDS:
             raise ValueError(f"passkey: filler = {self.filler!r}; expected one of {list(FILLER_KINDS)}")
         n = self.num_filler
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_FILLER:
+        if not is_int(n) or not 1 <= n <= MAX_FILLER:
             raise ValueError(f"passkey: num_filler = {n!r}; expected an integer in [1, {MAX_FILLER}]")
 
     @property
@@ -111,7 +112,7 @@ class Passkey(Task):
         return 2 * self.key_digits + 3
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < self.min_length():
+        if not is_int(length) or length < self.min_length():
             raise ValueError(
                 f"passkey: length = {length!r}; expected an integer >= {self.min_length()} (key_digits = "
                 f"{self.key_digits}: '#' and the key, '?' and the answer, and at least one filler token)"
@@ -121,7 +122,7 @@ class Passkey(Task):
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same keys and filler at every depth."""
         self.check_length(length)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        if not is_int(num) or num < 0:
             raise ValueError(f"passkey: num = {num!r}; expected a non-negative integer")
         gen = torch.Generator().manual_seed(seed)
         k, f = self.key_digits, self.filler_tokens(length)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_number
 from ..task import TaskBatch, register_task
 from .ruler_layout import ANSWER, NOISE, QUERY, WORD0, RulerTask, answer_mask, check_int, check_num, mean
 
@@ -77,7 +78,7 @@ class RulerFrequentWords(RulerTask):
 
     def __post_init__(self):
         a = self.alpha
-        if not isinstance(a, (int, float)) or isinstance(a, bool) or not (math.isfinite(a) and 1.0 < a <= 16.0):
+        if not is_number(a) or not (math.isfinite(a) and 1.0 < a <= 16.0):
             raise ValueError(f"{self.name}: alpha = {a!r}; expected a number in (1, 16] (zeta diverges at 1)")
         check_int(self.name, "num_top", self.num_top, 1)
         check_int(self.name, "num_words", self.num_words, 1)

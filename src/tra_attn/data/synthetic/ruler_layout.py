@@ -35,6 +35,7 @@ import string
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, split_sequences
 from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
 from .passkey import LENGTH_FACTORS
@@ -117,7 +118,7 @@ class RulerTask(Task):
 
     def check_length(self, length) -> int:
         low = self.min_length()
-        if not isinstance(length, int) or isinstance(length, bool) or length < low:
+        if not is_int(length) or length < low:
             raise ValueError(f"{self.name}: length = {length!r}; expected an integer >= {low} ({self.what_fits()})")
         problem = self.length_problem(length)
         if problem:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_number
 from ..task import EvalSplit, TaskBatch, register_task
 from .passkey import length_depth_splits
 from .ruler_haystack import depth_keys, haystack, insert_units, place_keys
@@ -93,7 +94,7 @@ class RulerNeedles(RulerTask):
                 "(the keys of a sequence are distinct words)"
             )
         d = self.depth
-        if d is not None and (not isinstance(d, (int, float)) or isinstance(d, bool) or not 0.0 <= d <= 1.0):
+        if d is not None and (not is_number(d) or not 0.0 <= d <= 1.0):
             raise ValueError(f"{self.name}: depth = {d!r}; expected None (uniform) or a fraction in [0, 1]")
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .density_splits import check_density, check_int, density_splits
 
@@ -69,7 +70,7 @@ class SelectiveCopy(Task):
         return 2 * self.num_tokens + self.gap_noise() + 1
 
     def check_length(self, length) -> int:
-        if not isinstance(length, int) or isinstance(length, bool) or length < self.min_length():
+        if not is_int(length) or length < self.min_length():
             raise ValueError(
                 f"selective_copy: length = {length!r}; expected an integer >= {self.min_length()} (num_tokens = "
                 f"{self.num_tokens} data tokens with {self.gap_noise()} noise tokens between them at "
@@ -80,7 +81,7 @@ class SelectiveCopy(Task):
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
         """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
         self.check_length(length)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        if not is_int(num) or num < 0:
             raise ValueError(f"selective_copy: num = {num!r}; expected a non-negative integer")
         gen = torch.Generator().manual_seed(seed)
         n = self.num_tokens

@@ -26,6 +26,7 @@ from ...models import IGNORE_INDEX, TransformerLM
 from ...training.checkpoint import TRAIN_CONFIG_NAME, load_train_state, resolve_checkpoint
 from ...training.config import TrainConfig, check_device
 from ...training.evaluation import result_rows
+from ...utils.checks import is_int
 from .sample import load_tokenizer
 
 FACTORS = (1, 2, 4, 8, 16)
@@ -141,7 +142,7 @@ def prepare_lm_eval(
         raise ValueError(f"--factors = {factors}; expected positive integers (multiples of the training length)")
     if not isinstance(buckets, int) or buckets <= 0:
         raise ValueError(f"--buckets = {buckets!r}; expected a positive integer")
-    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length <= 0):
+    if length is not None and (not is_int(length) or length <= 0):
         raise ValueError(f"--length = {length!r}; expected a positive number of tokens (the training length)")
     if text is not None:
         corpus_files(text)  # a missing file or an empty folder: refused before the model loads
@@ -197,9 +198,9 @@ def prepare_lm_eval(
 
 def _span(available: int, tokens: int | None, offset: int | None) -> tuple[int, int]:
     """[start, end) of the scored tokens among ``available``: ``tokens`` from ``offset`` (default: the last)."""
-    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 2):
+    if tokens is not None and (not is_int(tokens) or tokens < 2):
         raise ValueError(f"--tokens = {tokens!r}; expected at least 2")
-    if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < available):
+    if offset is not None and (not is_int(offset) or not 0 <= offset < available):
         raise ValueError(
             f"--offset = {offset!r}; expected an integer in [0, {available}) (the text has {available} tokens)"
         )

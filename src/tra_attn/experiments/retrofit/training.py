@@ -22,6 +22,7 @@ from ...data.text.windows import batch_from_windows, train_window_starts
 from ...training.config import check_seed
 from ...training.loop import batch_seed
 from ...training.optim import build_optimizer, learning_rate
+from ...utils.checks import is_int
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,11 @@ class Recipe:
     def __post_init__(self):
         for name in ("steps", "batch_size", "length"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"Recipe.{name} = {value!r}; expected a positive integer")
         for name in ("warmup_steps", "first_step"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"Recipe.{name} = {value!r}; expected a non-negative integer")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"Recipe.lr = {self.lr!r}; expected a positive number")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...utils.checks import is_int, is_number
 from ..varlen import segment_ids_from, segment_mask
 from .dropout import seed_tensor
 from .segments import Segments, segments_of
@@ -38,10 +39,6 @@ _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int6
 
 def fail(argument: str, value, expected: str, who: str = WHO):
     raise ValueError(f"{who}: {argument} = {value}; expected {expected}")
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def typed_repr(value) -> str:
@@ -74,7 +71,7 @@ class KeepRule:
             ("sliding_window", "only the w most recent keys can be kept"),
         ):
             window = getattr(self, name)
-            if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
+            if not (is_int(window) and window >= 0):
                 fail(name, typed_repr(window), f"a non-negative integer (0: off; w > 0: {meaning})")
 
     @property
@@ -170,7 +167,7 @@ class TrainingAids:
                 "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
             )
         integer_tensor = isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in _INTEGER_DTYPES
-        if not (seed is None or (isinstance(seed, int) and not isinstance(seed, bool)) or integer_tensor):
+        if not (seed is None or (is_int(seed)) or integer_tensor):
             fail(
                 "dropout_seed",
                 typed_repr(seed),

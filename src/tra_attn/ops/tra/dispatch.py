@@ -10,10 +10,11 @@ from typing import NamedTuple
 
 import torch
 
+from ...utils.checks import is_number
 from ..autocast import no_autocast
 from ..rms import rms_normalize
 from .chunked import tra_chunked
-from .contract import Documents, KeepRule, TrainingAids, fail, is_number, typed_repr
+from .contract import Documents, KeepRule, TrainingAids, fail, typed_repr
 from .cpu_build import library as cpu_library
 from .cpu_choice import use_kernels
 from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
