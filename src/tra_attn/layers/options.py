@@ -1,4 +1,5 @@
-"""The options of an attention kind: a small frozen dataclass that the kind declares and checks.
+"""The options of an attention kind: a small frozen dataclass that the kind declares and checks (with ``option``
+and the predicates of ``utils/checks.py``, which every other config declares with too).
 
 Each kind owns its options (TRA's threshold and windows, RoPE's base, CoPE's table size): the model
 configuration holds the kind's name and an instance of its options class, never a field of one kind. A new
@@ -14,56 +15,27 @@ the method table read it from there.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..utils.checks import is_int, is_number
-
-Check = Callable[[Any], str | None]  # a value -> None if it is valid, else what was expected
-
-
-def option(default, help: str, check: Check | None = None) -> Any:
-    """A field of an options class: its default, its one-line help and the check of its value (None: the
-    default's type decides: a bool, an integer, a finite number or a string)."""
-    return dataclasses.field(default=default, metadata={"help": help, "check": check})
-
-
-def non_negative_int(value) -> str | None:
-    return None if is_int(value) and value >= 0 else "a non-negative integer"
-
-
-def positive_int(value) -> str | None:
-    return None if is_int(value) and value > 0 else "a positive integer"
-
-
-def finite(value) -> str | None:
-    return None if is_number(value) and math.isfinite(value) else "a finite number"
-
-
-def positive(value) -> str | None:
-    return None if is_number(value) and math.isfinite(value) and value > 0 else "a finite positive number"
-
-
-def non_negative(value) -> str | None:
-    return None if is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
-
-
-def below_inf(value) -> str | None:
-    return None if is_number(value) and value < math.inf else "a number below +inf (-inf allowed, not NaN)"
-
-
-def one_of(*choices: str) -> Check:
-    def check(value) -> str | None:
-        return None if value in choices else f"one of {choices}"
-
-    return check
+from ..utils.checks import (  # noqa: F401  (the kinds declare their options with these)
+    Check,
+    below_inf,
+    boolean,
+    finite,
+    is_int,
+    non_negative,
+    non_negative_int,
+    one_of,
+    option,
+    positive,
+    positive_int,
+)
 
 
 def _default_check(default) -> Check:
     if isinstance(default, bool):
-        return lambda value: None if isinstance(value, bool) else "true or false"
+        return boolean
     if isinstance(default, int):
         return lambda value: None if is_int(value) else "an integer"
     if isinstance(default, float):

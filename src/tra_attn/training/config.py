@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..data import make_task
 from ..layers import check_model_config
 from ..models import ModelConfig
-from ..utils.checks import is_int, is_number
+from ..utils.checks import (
+    boolean,
+    check_declared,
+    in_range,
+    is_int,
+    non_negative_int,
+    option,
+    positive_int,
+)
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 from .length_spread import check_spread_lengths
 
@@ -23,10 +31,15 @@ DEVICE_TYPES = ("cpu", "cuda")
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take a signed 64-bit integer
 
 
+def seed_check(value) -> str | None:
+    """None for a seed (an integer in [0, 2**63)), else what a seed is."""
+    return None if is_int(value) and 0 <= value < SEED_LIMIT else "an integer seed in [0, 2**63)"
+
+
 def check_seed(value, what: str):
-    """``value`` if it is a seed (an integer in [0, 2**63)), else a ValueError naming ``what`` (a field or flag)."""
-    if not is_int(value) or not 0 <= value < SEED_LIMIT:
-        raise ValueError(f"{what} = {value!r}; expected an integer seed in [0, 2**63)")
+    """``value`` if it is a seed, else a ValueError naming ``what`` (a field or flag)."""
+    if expected := seed_check(value):
+        raise ValueError(f"{what} = {value!r}; expected {expected}")
     return value
 
 
@@ -40,101 +53,69 @@ def check_spread(task, length: int, spread: float) -> None:
     check_spread_lengths(task, length, spread)
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
+def _precision(value) -> str | None:
+    return None if value in ("fp32", "bf16") else "'fp32' or 'bf16'"
+
+
+def _dict(value) -> str | None:
+    return None if isinstance(value, dict) else "a dict of task parameters"
 
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs; saved as JSON next to every checkpoint."""
+    """Everything a run needs; saved as JSON next to every checkpoint. Each field declares its help and its check
+    (``utils/checks.py``); ``__post_init__`` keeps the rules that span fields and the task's own."""
 
-    task: str = field(metadata=_help("the task to train on (a registered name)"))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task_args: dict = field(default_factory=dict, metadata=_help("the task's parameters (its own defaults otherwise)"))
-    length: int = field(default=128, metadata=_help("tokens per training sequence"))
-    steps: int = field(default=1500, metadata=_help("optimizer steps (with fit_accuracy: the most it may take)"))
-    batch_size: int = field(default=64, metadata=_help("sequences per optimizer step"))
-    grad_accum: int = field(
-        default=1, metadata=_help("micro-batches per step (must divide batch_size; same update, less memory)")
+    task: str = option(help="the task to train on (a registered name)")
+    model: ModelConfig = option(default_factory=ModelConfig)
+    task_args: dict = option(help="the task's parameters (its own defaults otherwise)", check=_dict,
+                             default_factory=dict)  # fmt: skip
+    length: int = option(128, "tokens per training sequence", positive_int)
+    steps: int = option(1500, "optimizer steps (with fit_accuracy: the most it may take)", positive_int)
+    batch_size: int = option(64, "sequences per optimizer step", positive_int)
+    grad_accum: int = option(1, "micro-batches per step (must divide batch_size; same update, less memory)",
+                             positive_int)  # fmt: skip
+    lr: float = option(1e-3, "peak learning rate", in_range(1e-300, math.inf))
+    min_lr_ratio: float = option(0.0, "final learning rate / peak (cosine schedule)", in_range(0.0, 1.0, True))
+    warmup_steps: int = option(0, "linear warm-up steps", non_negative_int)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and norms)", in_range(0.0, math.inf))
+    beta1: float = option(0.9, "AdamW beta1", in_range(0.0, 1.0))
+    beta2: float = option(0.999, "AdamW beta2", in_range(0.0, 1.0))
+    grad_clip: float = option(1.0, "gradient-norm clipping; 0 disables it", in_range(0.0, math.inf))
+    seed: int = option(0, "seed of the initialisation, the batches and dropout", seed_check)
+    log_every: int = option(25, "steps between training-loss rows in metrics.jsonl", positive_int)
+    eval_every: int = option(250, "steps between validations; 0 disables them", non_negative_int)
+    eval_sequences: int = option(512, "held-out validation sequences", positive_int)
+    checkpoint_every: int = option(500, "steps between checkpoints", positive_int)
+    device: str = option("cpu", "cpu, cuda or cuda:N")
+    precision: str = option("fp32", "fp32, or bf16 (autocast the forward: GPU training)", _precision)
+    compile: bool = option(False, "torch.compile the model for training", boolean)
+    length_spread: float = option(
+        0.0,
+        "training rows pack whole documents of lengths drawn from [(1 - length_spread) length, length] (the number "
+        "of irrelevant tokens varies in training; validation stays at length); 0: one sequence per row",
+        in_range(0.0, 1.0, what="a fraction", note=" (0: off)"),
     )
-    lr: float = field(default=1e-3, metadata=_help("peak learning rate"))
-    min_lr_ratio: float = field(default=0.0, metadata=_help("final learning rate / peak (cosine schedule)"))
-    warmup_steps: int = field(default=0, metadata=_help("linear warm-up steps"))
-    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay (not on biases and norms)"))
-    beta1: float = field(default=0.9, metadata=_help("AdamW beta1"))
-    beta2: float = field(default=0.999, metadata=_help("AdamW beta2"))
-    grad_clip: float = field(default=1.0, metadata=_help("gradient-norm clipping; 0 disables it"))
-    seed: int = field(default=0, metadata=_help("seed of the initialisation, the batches and dropout"))
-    log_every: int = field(default=25, metadata=_help("steps between training-loss rows in metrics.jsonl"))
-    eval_every: int = field(default=250, metadata=_help("steps between validations; 0 disables them"))
-    eval_sequences: int = field(default=512, metadata=_help("held-out validation sequences"))
-    checkpoint_every: int = field(default=500, metadata=_help("steps between checkpoints"))
-    device: str = field(default="cpu", metadata=_help("cpu, cuda or cuda:N"))
-    precision: str = field(default="fp32", metadata=_help("fp32, or bf16 (autocast the forward: GPU training)"))
-    compile: bool = field(default=False, metadata=_help("torch.compile the model for training"))
-    length_spread: float = field(
-        default=0.0,
-        metadata=_help(
-            "training rows pack whole documents of lengths drawn from [(1 - length_spread) length, length] (the "
-            "number of irrelevant tokens varies in training; validation stays at length); 0: one sequence per row"
-        ),
-    )
-    fit_accuracy: float = field(
-        default=0.0,
-        metadata=_help(
-            "train to fit: stop at the first validation whose full-sequence accuracy reaches this value, with "
-            "steps as the cap (needs eval_every > 0 and a task scored per sequence; 0: train all steps)"
-        ),
+    fit_accuracy: float = option(
+        0.0,
+        "train to fit: stop at the first validation whose full-sequence accuracy reaches this value, with steps as "
+        "the cap (needs eval_every > 0 and a task scored per sequence; 0: train all steps)",
+        in_range(0.0, 1.0, True, note=" (0: off)"),
     )
 
     def __post_init__(self):
         if isinstance(self.model, dict):  # built in Python with a dict: unset fields take their defaults
             self.model = ModelConfig.from_dict(self.model, partial=True)
         check_model_config(self.model)  # before any training work: the kind exists and can run this model
-        if not isinstance(self.task_args, dict):
-            raise ValueError(f"TrainConfig.task_args = {self.task_args!r}; expected a dict of task parameters")
-        positive = ("length", "steps", "batch_size", "grad_accum", "log_every", "eval_sequences", "checkpoint_every")
-        for name in positive:
-            value = getattr(self, name)
-            if not is_int(value) or value <= 0:
-                raise ValueError(f"TrainConfig.{name} = {value!r}; expected a positive integer")
-        check_seed(self.seed, "TrainConfig.seed")
-        for name in ("warmup_steps", "eval_every"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 0:
-                raise ValueError(f"TrainConfig.{name} = {value!r}; expected a non-negative integer")
+        check_declared(self)
         if self.batch_size % self.grad_accum:
             raise ValueError(
                 f"TrainConfig.grad_accum = {self.grad_accum}; expected a divisor of batch_size = {self.batch_size}"
             )
-        ranges = {  # name: (lowest allowed, highest allowed, whether the highest is allowed)
-            "lr": (1e-300, math.inf, False),
-            "min_lr_ratio": (0.0, 1.0, True),
-            "weight_decay": (0.0, math.inf, False),
-            "beta1": (0.0, 1.0, False),
-            "beta2": (0.0, 1.0, False),
-            "grad_clip": (0.0, math.inf, False),
-        }
-        for name, (low, high, high_ok) in ranges.items():
-            value = getattr(self, name)
-            ok = is_number(value) and low <= value and (value < high or (high_ok and value == high))
-            if not ok:
-                raise ValueError(
-                    f"TrainConfig.{name} = {value!r}; expected a number in [{low:g}, {high:g}{']' if high_ok else ')'}"
-                )
-        if not (is_number(self.fit_accuracy) and 0.0 <= self.fit_accuracy <= 1.0):
-            raise ValueError(f"TrainConfig.fit_accuracy = {self.fit_accuracy!r}; expected a number in [0, 1] (0: off)")
         if self.fit_accuracy and not self.eval_every:
             raise ValueError(
                 f"TrainConfig.fit_accuracy = {self.fit_accuracy} needs periodic validation; expected eval_every > 0"
             )
-        spread = self.length_spread
-        if not (is_number(spread) and 0.0 <= spread < 1.0):
-            raise ValueError(f"TrainConfig.length_spread = {spread!r}; expected a fraction in [0, 1) (0: off)")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"TrainConfig.precision = {self.precision!r}; expected 'fp32' or 'bf16'")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"TrainConfig.compile = {self.compile!r}; expected true or false")
         task = self.task_instance()  # validates the task name and arguments
         task.check_length(self.length)
         span = getattr(self.model.attention_options, "random_positions", 0)

@@ -1,10 +1,21 @@
-"""What every check of a config or an argument asks of a value, in one place: an integer that is not a bool, a
-number that is not a bool (Python's ``True`` is an ``int``, so ``isinstance(True, int)`` alone would take it).
+"""Declared, checked fields: what every config and argument check asks of a value, in one place.
 
-``layers/options.py`` builds its option checks (``positive_int``, ``finite``, ...) on these.
+``is_int`` and ``is_number`` refuse bools (Python's ``True`` is an ``int``). A dataclass field declared with
+``option(default, help, check)`` carries its one-line help (flags, docs) and its check, a predicate that returns
+None for a valid value or what was expected (``positive_int``: "a positive integer"); ``check_declared`` runs the
+checks of an instance's fields and names the first bad one as ``Owner.field = value; expected ...``. A class keeps
+``__post_init__`` for the rules that span fields. The attention kinds' options (``layers/options.py``), the training
+config and the model config declare their fields this way.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+Check = Callable[[Any], str | None]  # a value -> None if it is valid, else what was expected
 
 
 def is_int(value) -> bool:
@@ -15,3 +26,68 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """Whether ``value`` is an integer or a float and not a bool (NaN and infinities included)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def option(default=dataclasses.MISSING, help: str = "", check: Check | None = None, *,
+           default_factory=dataclasses.MISSING) -> Any:  # fmt: skip
+    """A declared field: its default (or ``default_factory``; neither: required), its one-line help and the check
+    of its value (None: for a kind's options the default's type decides, elsewhere nothing is checked)."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help, "check": check})
+
+
+def check_declared(instance, owner: str | None = None) -> None:
+    """Run the check of each declared field of the dataclass ``instance``, in declaration order; a ValueError
+    ``Owner.field = value; expected ...`` for the first that fails (``owner``: the class's name by default)."""
+    for f in dataclasses.fields(instance):
+        check = f.metadata.get("check")
+        value = getattr(instance, f.name)
+        expected = check(value) if check is not None else None
+        if expected:
+            raise ValueError(f"{owner or type(instance).__name__}.{f.name} = {value!r}; expected {expected}")
+
+
+def non_negative_int(value) -> str | None:
+    return None if is_int(value) and value >= 0 else "a non-negative integer"
+
+
+def positive_int(value) -> str | None:
+    return None if is_int(value) and value > 0 else "a positive integer"
+
+
+def finite(value) -> str | None:
+    return None if is_number(value) and math.isfinite(value) else "a finite number"
+
+
+def positive(value) -> str | None:
+    return None if is_number(value) and math.isfinite(value) and value > 0 else "a finite positive number"
+
+
+def non_negative(value) -> str | None:
+    return None if is_number(value) and math.isfinite(value) and value >= 0 else "a finite number >= 0"
+
+
+def below_inf(value) -> str | None:
+    return None if is_number(value) and value < math.inf else "a number below +inf (-inf allowed, not NaN)"
+
+
+def boolean(value) -> str | None:
+    return None if isinstance(value, bool) else "true or false"
+
+
+def one_of(*choices: str) -> Check:
+    def check(value) -> str | None:
+        return None if value in choices else f"one of {choices}"
+
+    return check
+
+
+def in_range(low: float, high: float, high_allowed: bool = False, what: str = "a number", note: str = "") -> Check:
+    """A number in [low, high) (or [low, high] with ``high_allowed``), called ``what`` in the message, ``note``
+    after it."""
+    shown = f"{what} in [{low:g}, {high:g}{']' if high_allowed else ')'}{note}"
+
+    def check(value) -> str | None:
+        ok = is_number(value) and low <= value and (value < high or (high_allowed and value == high))
+        return None if ok else shown
+
+    return check
