@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..layers import KindOptions, attention_kind, check_model_config
-from ..utils.checks import is_int, is_number
+from ..utils.checks import boolean, check_declared, in_range, one_of, option, positive, positive_int
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
 VERSION = 9
@@ -35,6 +35,11 @@ def legacy_kind_error(attention: str) -> str:
 
 
 INIT_SCHEMES = ("normal", "notebook")
+_probability = in_range(0.0, 1.0, what="a probability")
+
+
+def _block_style(value) -> str | None:
+    return None if value in ("prenorm", "paper") else "'prenorm' or 'paper'"
 
 
 def _check_every_option(data: dict, where) -> None:
@@ -62,79 +67,55 @@ class ModelConfig:
     """Decoder-only language model; ``attention`` picks the attention layer by registry name, and
     ``attention_options`` are that kind's options (a dict becomes the kind's options dataclass)."""
 
-    vocab_size: int = field(default=256, metadata={"help": "token vocabulary size"})
-    d_model: int = field(default=128, metadata={"help": "residual stream width"})
-    n_layers: int = field(default=2, metadata={"help": "transformer blocks"})
-    n_heads: int = field(default=4, metadata={"help": "attention heads (d_model must be a multiple)"})
-    attention: str = field(default="tra", metadata={"help": "attention kind, a name from the registry"})
-    attention_options: KindOptions | dict = field(
+    vocab_size: int = option(256, "token vocabulary size", positive_int)
+    d_model: int = option(128, "residual stream width", positive_int)
+    n_layers: int = option(2, "transformer blocks", positive_int)
+    n_heads: int = option(4, "attention heads (d_model must be a multiple)", positive_int)
+    attention: str = option("tra", "attention kind, a name from the registry")
+    attention_options: KindOptions | dict = option(
+        help="the kind's options: a dict (unset options take their defaults) or the kind's Options",
         default_factory=dict,
-        metadata={"help": "the kind's options: a dict (unset options take their defaults) or the kind's Options"},
     )
-    block_style: str = field(
-        default="prenorm",
-        metadata={"help": "'prenorm' or 'paper' (x = norm(x); x = x + f(x), as in the TRA notebook)"},
+    block_style: str = option(
+        "prenorm", "'prenorm' or 'paper' (x = norm(x); x = x + f(x), as in the TRA notebook)", _block_style
     )
-    mlp_ratio: float = field(
-        default=2.0, metadata={"help": "SwiGLU hidden width / d_model (the notebook's d -> 4d split in two halves)"}
+    mlp_ratio: float = option(
+        2.0, "SwiGLU hidden width / d_model (the notebook's d -> 4d split in two halves)", positive
     )
-    mlp_bias: bool = field(default=True, metadata={"help": "biases in the MLP projections"})
-    dropout: float = field(
-        default=0.0, metadata={"help": "on the embeddings, the MLP hidden layer and (residual_dropout) both branches"}
+    mlp_bias: bool = option(True, "biases in the MLP projections", boolean)
+    dropout: float = option(
+        0.0, "on the embeddings, the MLP hidden layer and (residual_dropout) both branches", _probability
     )
-    residual_dropout: bool = field(
-        default=True,
-        metadata={"help": "apply dropout to the attention and MLP outputs before they join the residual stream"},
+    residual_dropout: bool = option(
+        True, "apply dropout to the attention and MLP outputs before they join the residual stream", boolean
     )
-    attention_dropout: float = field(
-        default=0.0,
-        metadata={
-            "help": "dropout on the pre-softmax attention logits (the TRA notebook's placement; training then "
-            "materialises the (S, S) logits of every kind)"
-        },
+    attention_dropout: float = option(
+        0.0,
+        "dropout on the pre-softmax attention logits (the TRA notebook's placement; training then materialises the "
+        "(S, S) logits of every kind)",
+        _probability,
     )
-    norm_eps: float = field(default=1e-6, metadata={"help": "RMSNorm epsilon"})
-    init_std: float = field(default=0.02, metadata={"help": "standard deviation of the initial weights"})
-    init_scheme: str = field(
-        default="normal",
-        metadata={
-            "help": "'normal' (N(0, init_std), GPT-2 residual scaling) or 'notebook' (the TRA authors': PyTorch "
-            "defaults, embedding U(-0.01, 0.01), head N(0, 0.02))"
-        },
+    norm_eps: float = option(1e-6, "RMSNorm epsilon", positive)
+    init_std: float = option(0.02, "standard deviation of the initial weights", positive)
+    init_scheme: str = option(
+        "normal",
+        "'normal' (N(0, init_std), GPT-2 residual scaling) or 'notebook' (the TRA authors': PyTorch defaults, "
+        "embedding U(-0.01, 0.01), head N(0, 0.02))",
+        one_of(*INIT_SCHEMES),
     )
-    tokenizer: dict | None = field(
-        default=None,
-        metadata={"help": "the text tokenizer the model reads (its describe(): name, files' hashes), or None"},
+    tokenizer: dict | None = option(
+        None, "the text tokenizer the model reads (its describe(): name, files' hashes), or None"
     )
 
     def __post_init__(self):
-        """Field-local checks only (the registry's: ``layers.registry.check_model_config``)."""
+        """The declared checks, the rules that span fields, then the registry's (``check_model_config``)."""
 
         def fail(name: str, expected: str):
             raise ValueError(f"ModelConfig.{name} = {getattr(self, name)!r}; expected {expected}")
 
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
-            value = getattr(self, name)
-            if not is_int(value) or value <= 0:
-                fail(name, "a positive integer")
+        check_declared(self)
         if self.d_model % self.n_heads:
             fail("d_model", f"a multiple of n_heads = {self.n_heads}")
-        if self.block_style not in ("prenorm", "paper"):
-            fail("block_style", "'prenorm' or 'paper'")
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if not is_number(value) or not 0.0 <= value < 1.0:
-                fail(name, "a probability in [0, 1)")
-        if not isinstance(self.residual_dropout, bool):
-            fail("residual_dropout", "true or false")
-        if self.init_scheme not in INIT_SCHEMES:
-            fail("init_scheme", f"one of {INIT_SCHEMES}")
-        if not isinstance(self.mlp_bias, bool):
-            fail("mlp_bias", "true or false")
-        for name in ("mlp_ratio", "norm_eps", "init_std"):
-            value = getattr(self, name)
-            if not is_number(value) or not math.isfinite(value) or value <= 0:
-                fail(name, "a finite positive number")
         if int(self.mlp_ratio * self.d_model) < 1:
             fail(
                 "mlp_ratio",
