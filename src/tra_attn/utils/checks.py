@@ -75,9 +75,12 @@ def boolean(value) -> str | None:
 
 
 def one_of(*choices: str) -> Check:
+    """One of ``choices`` (kept as the check's ``choices``, for the pages that list them)."""
+
     def check(value) -> str | None:
         return None if value in choices else f"one of {choices}"
 
+    check.choices = choices
     return check
 
 
