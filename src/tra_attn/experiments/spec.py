@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import check_seed
-from ..utils.checks import is_int, is_number
+from ..utils.checks import check_declared, is_int, is_number, one_of, option
 from .methods import Method
 from .spec_file import run_spec_file
 
@@ -55,6 +55,23 @@ def _distinct_methods(methods, what: str) -> tuple[Method, ...]:
     return methods
 
 
+def _title(value) -> str | None:
+    return None if isinstance(value, str) and value.strip() else "the question the page answers"
+
+
+def _steps(value) -> str | None:
+    return None if value is None or (is_int(value) and value >= 1) else "a positive number of steps"
+
+
+def _fit_accuracy(value) -> str | None:
+    ok = value is None or (is_number(value) and 0 <= value <= 1)
+    return None if ok else "a number in [0, 1] (0: train every step)"
+
+
+def _task_args(value) -> str | None:
+    return None if isinstance(value, dict) else "a dict of task parameters"
+
+
 @dataclass(frozen=True)
 class Question:
     """Methods on ``task`` (an experiment: ``majority``, ``hierarchy``, ``lm``...; a tuple for several) under the
@@ -64,22 +81,23 @@ class Question:
     preset's budget, ``task_args`` its task parameters. ``lrs_source``: where a grid of one rate comes from.
     ``status``: current, a pilot (a narrow question a current page cites), or archived (superseded)."""
 
-    title: str
-    task: str | tuple[str, ...]
-    methods: tuple[Method, ...]
-    seeds: tuple[int, ...]
-    lrs: tuple[float, ...] = ()
-    sweep_seeds: tuple[int, ...] = ()
-    preset: str = "cpu"
-    steps: int | None = None
-    fit_accuracy: float | None = None
-    task_args: dict = field(default_factory=dict)
-    lrs_source: str = ""
-    status: str = "current"
+    title: str = option(help="the question the page answers", check=_title)
+    task: str | tuple[str, ...] = option(help="a task name, or distinct task names (a section each)")
+    methods: tuple[Method, ...] = option(help="the methods compared, each once")
+    seeds: tuple[int, ...] = option(help="one or more distinct seeds")
+    lrs: tuple[float, ...] = option((), "the learning-rate grid of every method without one of its own")
+    sweep_seeds: tuple[int, ...] = option((), "the seeds whose runs choose each method's rate (default: every seed)")
+    preset: str = option("cpu", "the task's preset")
+    steps: int | None = option(None, "a step budget instead of the preset's", _steps)
+    fit_accuracy: float | None = option(None, "a fit accuracy instead of the preset's", _fit_accuracy)
+    task_args: dict = option(help="task parameters instead of the preset's", check=_task_args, default_factory=dict)
+    lrs_source: str = option("", "where a grid of one rate comes from")
+    status: str = option(
+        "current", "current, pilot (a narrow question a current page cites) or archived", one_of(*STATUSES)
+    )
 
     def __post_init__(self):
-        if not isinstance(self.title, str) or not self.title.strip():
-            raise ValueError(f"Question.title = {self.title!r}; expected the question the page answers")
+        check_declared(self)
         tasks = (self.task,) if isinstance(self.task, str) else tuple(self.task)
         if not tasks or len(set(tasks)) != len(tasks) or not all(isinstance(t, str) for t in tasks):
             raise ValueError(f"Question.task = {self.task!r}; expected a task name or distinct task names")
@@ -95,16 +113,6 @@ class Question:
         if sweep and not any(len(self.grid(m)) > 1 for m in self.methods):
             raise ValueError("Question.sweep_seeds: no method has a grid of two or more rates to sweep")
         object.__setattr__(self, "sweep_seeds", sweep)
-        steps = self.steps
-        if steps is not None and (not is_int(steps) or steps < 1):
-            raise ValueError(f"Question.steps = {self.steps!r}; expected a positive number of steps")
-        fit = self.fit_accuracy
-        if fit is not None and not (isinstance(fit, (int, float)) and 0 <= fit <= 1):
-            raise ValueError(f"Question.fit_accuracy = {fit!r}; expected a number in [0, 1] (0: train every step)")
-        if not isinstance(self.task_args, dict):
-            raise ValueError(f"Question.task_args = {self.task_args!r}; expected a dict of task parameters")
-        if self.status not in STATUSES:
-            raise ValueError(f"Question.status = {self.status!r}; expected one of {STATUSES}")
         if any(len(self.grid(m)) == 1 for m in self.methods) and not self.lrs_source:
             raise ValueError("Question.lrs_source: a method trains at one given rate; expected where it comes from")
 
