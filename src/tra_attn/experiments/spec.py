@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.config import check_seed
+from ..training.config import check_seed, task_args_check
 from ..utils.checks import check_declared, is_int, is_number, one_of, option
 from .methods import Method
 from .spec_file import run_spec_file
@@ -68,10 +68,6 @@ def _fit_accuracy(value) -> str | None:
     return None if ok else "a number in [0, 1] (0: train every step)"
 
 
-def _task_args(value) -> str | None:
-    return None if isinstance(value, dict) else "a dict of task parameters"
-
-
 @dataclass(frozen=True)
 class Question:
     """Methods on ``task`` (an experiment: ``majority``, ``hierarchy``, ``lm``...; a tuple for several) under the
@@ -90,7 +86,9 @@ class Question:
     preset: str = option("cpu", "the task's preset")
     steps: int | None = option(None, "a step budget instead of the preset's", _steps)
     fit_accuracy: float | None = option(None, "a fit accuracy instead of the preset's", _fit_accuracy)
-    task_args: dict = option(help="task parameters instead of the preset's", check=_task_args, default_factory=dict)
+    task_args: dict = option(
+        help="task parameters instead of the preset's", check=task_args_check, default_factory=dict
+    )
     lrs_source: str = option("", "where a grid of one rate comes from")
     status: str = option(
         "current", "current, pilot (a narrow question a current page cites) or archived", one_of(*STATUSES)

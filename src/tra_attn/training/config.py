@@ -57,7 +57,8 @@ def _precision(value) -> str | None:
     return None if value in ("fp32", "bf16") else "'fp32' or 'bf16'"
 
 
-def _dict(value) -> str | None:
+def task_args_check(value) -> str | None:
+    """None for task parameters (a dict), else what they are."""
     return None if isinstance(value, dict) else "a dict of task parameters"
 
 
@@ -68,7 +69,7 @@ class TrainConfig:
 
     task: str = option(help="the task to train on (a registered name)")
     model: ModelConfig = option(default_factory=ModelConfig)
-    task_args: dict = option(help="the task's parameters (its own defaults otherwise)", check=_dict,
+    task_args: dict = option(help="the task's parameters (its own defaults otherwise)", check=task_args_check,
                              default_factory=dict)  # fmt: skip
     length: int = option(128, "tokens per training sequence", positive_int)
     steps: int = option(1500, "optimizer steps (with fit_accuracy: the most it may take)", positive_int)

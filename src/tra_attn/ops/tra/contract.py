@@ -167,7 +167,7 @@ class TrainingAids:
                 "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
             )
         integer_tensor = isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in _INTEGER_DTYPES
-        if not (seed is None or (is_int(seed)) or integer_tensor):
+        if not (seed is None or is_int(seed) or integer_tensor):
             fail(
                 "dropout_seed",
                 typed_repr(seed),
