@@ -26,17 +26,21 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def refuse_file(path, flag: str, expected: str = "a directory") -> None:
+    """A ValueError if the folder ``path`` given by ``flag`` is a file (before any work; it is made later)."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file; expected {expected} (new or existing)")
+
+
 def store_of(args) -> RunStore:
     """The run store of ``--store`` (made when a run is first trained there, after every check)."""
-    if args.store is not None and args.store.exists() and not args.store.is_dir():
-        raise ValueError(f"--store {args.store} is a file; expected a directory (new or existing)")
+    refuse_file(args.store, "--store")
     return RunStore(args.store)
 
 
 def cmd_run(args) -> None:
     store = store_of(args)
-    if args.evidence is not None and args.evidence.exists() and not args.evidence.is_dir():
-        raise ValueError(f"--evidence {args.evidence} is a file; expected a folder of run records (new or existing)")
+    refuse_file(args.evidence, "--evidence", "a folder of run records")
     for spec in args.specs:
         if args.plan:
             page = build_page(spec, store, args.evidence, train=False, plots=False, device=args.device)
