@@ -366,6 +366,10 @@ def test_a_saved_converted_model_never_loads_as_the_plain_family_model(family, k
     (tmp_path / "config.json").write_text(json.dumps(former))
     with torch.no_grad():
         assert torch.equal(load_attention(tmp_path)(x, use_cache=False).logits, expected)
+    from tra_attn.hf.attach import CONVERTED
+    from tra_attn.upgrade.files import CONVERTED_KEYS
+
+    assert sorted(CONVERTED_KEYS) == sorted(CONVERTED)  # what tra upgrade looks for, named without transformers
     assert main(["upgrade", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "config.json").read_text()) == saved
     with torch.no_grad():

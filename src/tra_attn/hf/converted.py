@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-CONVERTED_TYPE = "converted_by_tra_attn"
-BASE_TYPE = "base_model_type"
+from ..models.io import CONVERTED_BASE_FIELD, CONVERTED_MODEL_TYPE
+
+CONVERTED_TYPE, BASE_TYPE = CONVERTED_MODEL_TYPE, CONVERTED_BASE_FIELD
 _CLASSES: dict[type, type] = {}
 
 

@@ -22,6 +22,9 @@ from .config import LEGACY_TRA_KINDS, VERSION, ModelConfig
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 HF_MODEL_TYPE = "tra"  # config.json's model_type in a Hugging Face folder (tra_attn.hf.TRAConfig)
+# config.json's model_type, and the field naming the family, of a transformers model converted by add_attention
+# (tra_attn.hf.converted; tra upgrade converts folders saved before)
+CONVERTED_MODEL_TYPE, CONVERTED_BASE_FIELD = "converted_by_tra_attn", "base_model_type"
 HF_WEIGHTS_PREFIX = "model."  # TRAForCausalLM holds the TransformerLM as .model: its tensors' names start so
 
 

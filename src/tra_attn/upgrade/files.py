@@ -30,7 +30,7 @@ from ..experiments.identity import run_id
 from ..experiments.store import RECORD_NAME, Evidence, Record
 from ..models.config import LEGACY_TRA_KINDS, ModelConfig
 from ..models.config import VERSION as MODEL_VERSION
-from ..models.io import HF_MODEL_TYPE
+from ..models.io import CONVERTED_BASE_FIELD, CONVERTED_MODEL_TYPE, HF_MODEL_TYPE
 from ..training.config import TrainConfig
 from ..utils.atomic import atomic_write_text
 from .configs import FLAT_OPTIONS, former_options, upgrade_model_config, upgrade_train_config
@@ -71,16 +71,16 @@ def _before_version_9(data: dict) -> bool:
     return any(name not in options for name in former_options(kind, options))
 
 
-# The config keys of add_attention's kinds (``hf/attach.py``: CONVERTED), named here without importing transformers.
+# The config keys of add_attention's kinds (``hf/attach.py``: CONVERTED, a test holds them equal), named here
+# without importing transformers.
 CONVERTED_KEYS = ("tra", "fox_attention", "alibi_attention")
-CONVERTED_TYPE = "converted_by_tra_attn"  # hf/converted.py
 
 
 def _converted_before(data: dict) -> bool:
     """Whether a transformers config is a model converted by ``add_attention`` saved before such folders said so
     (the family's own ``model_type``, which a plain ``from_pretrained`` loaded without the kind)."""
     kind = data.get("model_type")
-    return isinstance(kind, str) and kind not in (CONVERTED_TYPE, HF_MODEL_TYPE) and any(
+    return isinstance(kind, str) and kind not in (CONVERTED_MODEL_TYPE, HF_MODEL_TYPE) and any(
         isinstance(data.get(key), dict) for key in CONVERTED_KEYS)  # fmt: skip
 
 
@@ -89,7 +89,7 @@ def as_converted(data: dict) -> dict:
     family's ``model_type``, gets ``converted_by_tra_attn`` and the family's type as ``base_model_type``."""
     if not _converted_before(data):
         return data
-    return {**data, "model_type": CONVERTED_TYPE, "base_model_type": data["model_type"]}
+    return {**data, "model_type": CONVERTED_MODEL_TYPE, CONVERTED_BASE_FIELD: data["model_type"]}
 
 
 def kind_of(path: Path, data: dict, named: bool) -> str | None:
@@ -100,7 +100,7 @@ def kind_of(path: Path, data: dict, named: bool) -> str | None:
         return "hf" if path.name == "config.json" or not named else None
     if {"run", "config", "validation"} <= set(data):
         return "record" if not named or path.name == RECORD_NAME or path.stem == data["run"] else None
-    if data.get("model_type") == CONVERTED_TYPE or _converted_before(data):
+    if data.get("model_type") == CONVERTED_MODEL_TYPE or _converted_before(data):
         return "converted" if path.name == "config.json" or not named else None
     if "architectures" in data or "model_type" in data:  # another library's config
         return None
