@@ -73,8 +73,10 @@ class ConvertedConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
+        """The folder's fields kept as saved; every keyword is left for the loader (``return_unused_kwargs``)."""
         config = cls()
         config.saved = dict(config_dict)
         config.name_or_path = config_dict.get("_name_or_path", "")
-        return (config, {k: v for k, v in kwargs.items() if k != "return_unused_kwargs"}) if kwargs.get(
-            "return_unused_kwargs") else config  # fmt: skip
+        if kwargs.pop("return_unused_kwargs", False):
+            return config, kwargs
+        return config
