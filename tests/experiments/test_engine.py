@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import tra_attn.experiments.engine as engine
+import tra_attn.experiments.results_index as results_index
 from tests.cli.test_cli import run
 from tests.training.test_train import sigint_during
 from tra_attn.experiments.identity import run_id
@@ -123,6 +124,36 @@ def test_without_training_the_missing_runs_are_named_and_nothing_is_written(ques
     assert not (question / "README.md").exists() and Evidence(question.parent / "runs").runs() == []
     code, out, _ = tra_run(question, capsys, "--plan")
     assert code == 0 and "4 run(s) to train" in out and "NoPE lr=0.003 seed=0" in out
+
+
+def test_a_partial_page_shows_whole_methods_and_says_what_is_missing(question, capsys):
+    """Without one of NoPE's sweep runs, NoPE gets no rate (none is chosen from part of a grid), its seed 1 waits
+    for it, and the page of the runs that are in shows TRA alone and says so at its top; the index follows."""
+    (question.parent / "README.md").write_text(f"# Results\n\n{results_index.START}\n{results_index.END}\n")
+    assert tra_run(question, capsys)[0] == 0
+    whole = (question / "README.md").read_text()
+    evidence = Evidence(question.parent / "runs")
+    records = [evidence.get(r) for r in evidence.runs()]
+    dropped = next(r for r in records if r.config["model"]["attention"] == "nope" and r.config["lr"] == 3e-3
+                   and r.config["seed"] == 0)  # fmt: skip
+    evidence.path(dropped.run).unlink()
+    shutil.move(question.parent.parent / "store", question.parent.parent / "elsewhere")
+    code, out, _ = tra_run(question, capsys, "--plan")
+    assert code == 0 and out.splitlines()[1:] == [f"  NoPE lr=0.003 seed=0 ({dropped.run})"]
+    code, _, err = tra_run(question, capsys, "--no-train")
+    assert code == 2 and "1 run(s) are in neither the evidence nor the store" in err
+    assert (question / "README.md").read_text() == whole  # refused without --partial: the whole page stays
+    code, out, _ = tra_run(question, capsys, "--no-train", "--partial")
+    page = (question / "README.md").read_text()
+    assert code == 0 and "(partial: 1 run(s) missing)" in out
+    assert "Status: current; partial: 4 of 6 runs" in page
+    assert "| flipflop | NoPE | 1 of 3 | 2 |" in page and "\n| TRA |" in page and "\n| NoPE |" not in page
+    index = (question.parent / "README.md").read_text()
+    assert "| [tiny](tiny/README.md): Tiny: does the pipeline work? | current, partial: 4 of 6 runs |" in index
+    shutil.move(question.parent.parent / "elsewhere", question.parent.parent / "store")
+    assert tra_run(question, capsys)[0] == 0  # the store still holds the run: the page is whole again
+    assert (question / "README.md").read_text() == whole
+    assert "| [tiny](tiny/README.md): Tiny: does the pipeline work? | current |" in (question.parent / "README.md").read_text()
 
 
 def test_an_interrupted_run_resumes_in_the_store(question, capsys, monkeypatch):

@@ -49,9 +49,10 @@ def cmd_run(args) -> None:
             continue
         page = run_spec(
             spec, store=store, evidence=args.evidence, train=not args.no_train, progress=not args.no_progress,
-            plots=not args.no_plots, device=args.device,
+            plots=not args.no_plots, device=args.device, partial=args.partial,
         )  # fmt: skip
-        print(f"wrote {page.path}")
+        partial = f" (partial: {len(page.missing)} run(s) missing)" if page.missing else ""
+        print(f"wrote {page.path}{partial}")
 
 
 def add_run_command(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +70,10 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
     )
     rp.add_argument("--no-train", action="store_true", help="write the page from the rows alone; refuse if runs lack")
     rp.add_argument("--plan", action="store_true", help="list the runs that would be trained, and do nothing")
+    rp.add_argument(
+        "--partial", action="store_true",
+        help="with --no-train: write a question's page of the methods whose runs are all in, saying what is missing",
+    )  # fmt: skip
     rp.add_argument("--no-plots", action="store_true", help="do not redraw the plots")
     add_store_flags(rp)
     rp.set_defaults(func=cmd_run)

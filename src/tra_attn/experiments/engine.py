@@ -18,7 +18,7 @@ import fcntl
 import functools
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..data import make_task
@@ -226,7 +226,8 @@ def lean_rows(rows: list[dict]) -> list[dict]:
 class Results:
     """The rows of one task of a question: ``rows`` at each method's rate (every seed), ``sweep`` (every rate of
     the methods with a grid, on the sweep seeds), each method's ``selected`` rate and ``grids`` (empty: the
-    preset's rate), by label; ``missing``: whether runs were missing (training off)."""
+    preset's rate), by label; ``needed``: how many runs each method needs, and ``lacking``: how many of them
+    neither the evidence nor the store holds (training off), for the methods that lack any."""
 
     question: Question
     experiment: Experiment
@@ -234,11 +235,20 @@ class Results:
     sweep: list[dict] = field(default_factory=list)
     selected: dict[str, float] = field(default_factory=dict)
     grids: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    missing: bool = False
+    needed: dict[str, int] = field(default_factory=dict)
+    lacking: dict[str, int] = field(default_factory=dict)
 
     @property
     def preset(self) -> Preset:
         return self.experiment.presets[self.question.preset]
+
+    def whole(self) -> Results:
+        """These results with the methods that lack no run alone: a partial page shows a method once it is
+        complete, never a mean over part of its seeds or a rate chosen from part of its grid."""
+        kept = [r for r in self.rows if r["method"] not in self.lacking]
+        sweep = [r for r in self.sweep if r["method"] not in self.lacking]
+        selected = {label: lr for label, lr in self.selected.items() if label not in self.lacking}
+        return replace(self, rows=kept, sweep=sweep, selected=selected)
 
     @property
     def methods(self) -> tuple[Method, ...]:
@@ -293,20 +303,34 @@ def gather(question: Question, task: str, source: Source, device: str = "cpu") -
 
     for method in question.methods:
         results.grids[method.label] = question.grid(method)
+    lacking = dict.fromkeys(results.grids, 0)  # per method, its runs the evidence and the store do not hold
+
+    def counted(label: str, rows) -> list[dict]:
+        """``rows`` (a generator of runs' rows) read, and the runs among them that lack counted for ``label``."""
+        before = len(source.missing)
+        rows = list(rows)
+        lacking[label] += len(source.missing) - before
+        return rows
+
     for method in question.methods:
         grid = results.grids[method.label]
         if len(grid) > 1:
-            results.sweep += [r for lr in grid for s in question.sweeping() for r in rows_of(method, lr, s)]
-    chosen = experiment.select_lrs(results.sweep)
+            sweep = (r for lr in grid for s in question.sweeping() for r in rows_of(method, lr, s))
+            results.sweep += counted(method.label, sweep)
+    swept_whole = [r for r in results.sweep if not lacking[r["method"]]]  # no rate is chosen from part of a grid
+    chosen = experiment.select_lrs(swept_whole)
     for method in question.methods:
         grid = results.grids[method.label]
+        swept = set(question.sweeping()) if len(grid) > 1 else set()
+        results.needed[method.label] = len(grid) * len(swept) + len(set(question.seeds) - swept)
         rate = grid[0] if len(grid) == 1 else preset.rate_for(method, question.preset) if not grid else None
         rate = chosen.get(method.label) if rate is None else rate
-        if rate is None:  # its sweep is missing (training off)
+        if rate is None:  # its sweep lacks runs (training off): its other seeds wait for the rate
+            lacking[method.label] += len(set(question.seeds) - swept)
             continue
         results.selected[method.label] = rate
-        swept = set(question.sweeping()) if len(grid) > 1 else set()
         kept = [r for r in results.sweep if r["method"] == method.label and r["lr"] == rate]
-        results.rows += kept + [r for s in question.seeds if s not in swept for r in rows_of(method, rate, s)]
-    results.missing = bool(source.missing)
+        seeds = (r for s in question.seeds if s not in swept for r in rows_of(method, rate, s))
+        results.rows += kept + counted(method.label, seeds)
+    results.lacking = {label: count for label, count in lacking.items() if count}
     return results

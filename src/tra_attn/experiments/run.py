@@ -16,6 +16,7 @@ from ..utils.atomic import atomic_write_text
 from .engine import Missing, Results, Source, check_question, gather
 from .inspection import inspection_lines
 from .overview import overview_lines, overview_rows
+from .results_index import update_index
 from .scorecard import scorecard, scorecard_lines
 from .spec import Inspection, Overview, Question, Scorecard, load_spec, spec_path
 from .store import Evidence, RunStore
@@ -109,6 +110,32 @@ def retrained_lines(source: Source, inspected: bool = False) -> list[str]:
     return [*lines, ""]
 
 
+def partial_status(status: str, results: list[Results]) -> str:
+    """The status line of a partial page: ``current; partial: 37 of 560 runs``."""
+    needed = sum(sum(result.needed.values()) for result in results)
+    lacking = sum(sum(result.lacking.values()) for result in results)
+    return f"{status}; partial: {needed - lacking} of {needed} runs"
+
+
+def partial_lines(results: list[Results], command: str) -> list[str]:
+    """The section a partial page opens with: per task, the methods that lack runs, and how many."""
+    lines = [
+        "## Runs still missing",
+        "",
+        "This page is partial: a method appears once every run it needs is in (no mean over part of its seeds, no "
+        f"rate chosen from part of its grid). `{command}` trains the rest; with `--plan` it lists them. A method "
+        "whose rate is still being chosen counts its other seeds as missing.",
+        "",
+        "| task | method | runs in | runs missing |",
+        "|---|---|---|---|",
+    ]
+    for result in results:
+        for label, lacking in result.lacking.items():
+            needed = result.needed[label]
+            lines.append(f"| {result.experiment.task} | {label} | {needed - lacking} of {needed} | {lacking} |")
+    return [*lines, ""]
+
+
 def presets_line(results: list[Results]) -> str:
     """The preset, and what the question changes of its budget and task (the recipe lines below say it all)."""
     described = "; ".join(dict.fromkeys(f"{r.question.preset}: {r.preset.description}" for r in results))
@@ -121,28 +148,37 @@ def presets_line(results: list[Results]) -> str:
 
 def build_page(
     path, store: RunStore | None = None, evidence=None, train: bool = False, progress: bool = True, plots: bool = True,
-    device: str = "cpu", log=print,
+    device: str = "cpu", log=print, partial: bool = False,
 ) -> Page:  # fmt: skip
     """The page of the spec at ``path`` (a spec file or its folder), from the evidence and the store; with
-    ``train``, the runs they lack are trained first. Nothing is written but the plots (``plots``) and the
-    evidence of runs obtained from the store or from training."""
+    ``train``, the runs they lack are trained first (``partial``: see ``page_of``). Nothing is written but the
+    plots (``plots``) and the evidence of runs obtained from the store or from training."""
     spec_file = spec_path(path)
     evidence = Path(evidence) if evidence is not None else default_evidence(spec_file.parent)
     source = Source(Evidence(evidence), store or RunStore(), train=train, progress=progress, log=log)
-    return page_of(load_spec(spec_file), spec_file.parent, source, command_of(spec_file, evidence), plots, device)
+    command = command_of(spec_file, evidence)
+    return page_of(load_spec(spec_file), spec_file.parent, source, command, plots, device, partial)
 
 
-def page_of(spec, folder: Path, source: Source, command: str, plots: bool = True, device: str = "cpu") -> Page:
+def page_of(
+    spec, folder: Path, source: Source, command: str, plots: bool = True, device: str = "cpu", partial: bool = False
+) -> Page:
     """The page of ``spec`` in ``folder`` (``README.md``, closing with ``notes.md`` if there is one), its runs
-    from ``source``; ``command`` is the one the page says made it."""
+    from ``source``; ``command`` is the one the page says made it. With runs missing, no page (``Page.missing``
+    lists them), or with ``partial`` a question's page of the methods whose runs are all in, that says at its
+    top how many runs it shows and which methods wait for the rest."""
     page = folder / PAGE_NAME
+    status, progress = STATUS[spec.status], []
     if isinstance(spec, Question):
         check_question(spec)
         results = [gather(spec, task, source, device) for task in spec.tasks]
-        if source.missing:
+        if source.missing and not partial:
             return Page(page, "", source.missing, source.seen)
+        if source.missing:
+            status, progress = partial_status(status, results), partial_lines(results, command)
+            results = [result.whole() for result in results]
         commits = {r["commit"] for result in results for r in result.rows + result.sweep}
-        body = question_lines(spec, results, folder, page, plots)
+        body = progress + question_lines(spec, results, folder, page, plots)
         preset = presets_line(results)
     elif isinstance(spec, Scorecard):
         for bar in spec.bars:
@@ -169,7 +205,7 @@ def page_of(spec, folder: Path, source: Source, command: str, plots: bool = True
             return Page(page, "", source.missing, source.seen)
         body = [*overview_lines(spec, table), ""]
         preset = ""
-    lines = page_header(spec.title, command, commits or {"none yet"}, preset, STATUS[spec.status]) + body
+    lines = page_header(spec.title, command, commits or {"none yet"}, preset, status) + body
     lines += retrained_lines(source, inspected=isinstance(spec, Inspection))
     notes = folder / NOTES_NAME
     if notes.is_file():
@@ -178,10 +214,13 @@ def page_of(spec, folder: Path, source: Source, command: str, plots: bool = True
 
 
 def run_spec(path, write: bool = True, **options) -> Page:
-    """``build_page`` and write the page; a ``Missing`` error (nothing written) if runs are missing."""
+    """``build_page``, write the page and the index of the results folder it is in (``results_index``); a
+    ``Missing`` error (nothing written) if runs are missing and the page
+    cannot be partial (``partial`` off, or a spec other than a question)."""
     page = build_page(path, **options)
-    if page.missing:
+    if page.missing and not page.text:
         raise Missing(page.missing, more=True)
     if write:
         atomic_write_text(page.path, page.text)
+        update_index(page.path.parent)
     return page
