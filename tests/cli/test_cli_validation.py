@@ -218,6 +218,14 @@ CASES = [
     (["run", "{tmp}/no_rate"], r"TRA: the 'cpu' preset has no learning rate chosen on validation data for it"),
     (["run", "{tmp}/no_preset"], r"Question\.preset = 'huge'; expected one of \['cpu', 'tiny'\] for majority"),
     (["run", "{tmp}/bad_task", "--store", "{tmp}/a_file"], r"--store .*a_file is a file"),
+    (["run", "{tmp}/bad_task", "--jobs", "0"], r"argument --jobs: '0'; expected a whole number, at least 1"),
+    (["run", "{tmp}/bad_task", "--jobs", "2", "--no-train"], r"--jobs/--executor train runs; expected them without"),
+    (["run", "{tmp}/bad_task", "--cluster-option", "nokey"], r"--cluster-option: 'nokey'; expected KEY=VALUE, e\.g\."),
+    (["run", "{tmp}/bad_task", "--cluster-option", "mem_gb=4"], r"--cluster-option \['mem_gb'\]: options of a sch"),
+    (
+        ["run", "{tmp}/bad_task", "--executor", "submitit-local", "--cluster-option", "bogus=1"],
+        r"--cluster-option: Parameter 'bogus' need to be prefixed by an executor name",
+    ),
     # tra upgrade
     (["upgrade", "{tmp}/nowhere"], r"tra upgrade: {tmp}/nowhere does not exist; expected a run, model, store or "),
     (["upgrade", "{tmp}/broken.json"], r"^tra: error: {tmp}/broken\.json: not valid JSON \(.*\); expected a config"),

@@ -153,7 +153,8 @@ def test_a_partial_page_shows_whole_methods_and_says_what_is_missing(question, c
     shutil.move(question.parent.parent / "elsewhere", question.parent.parent / "store")
     assert tra_run(question, capsys)[0] == 0  # the store still holds the run: the page is whole again
     assert (question / "README.md").read_text() == whole
-    assert "| [tiny](tiny/README.md): Tiny: does the pipeline work? | current |" in (question.parent / "README.md").read_text()
+    index = (question.parent / "README.md").read_text()
+    assert "| [tiny](tiny/README.md): Tiny: does the pipeline work? | current |" in index
 
 
 def test_an_interrupted_run_resumes_in_the_store(question, capsys, monkeypatch):

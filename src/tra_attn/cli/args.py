@@ -64,6 +64,17 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number, at least 1 (threads, jobs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number, at least 1")
+    return value
+
+
 NAME_MAX, PATH_MAX = 255, 4096  # bytes: the longest file name and path Linux (and macOS, 1024) take
 
 

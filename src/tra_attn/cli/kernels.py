@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 
 from ..utils.cli_help import HelpFormatter
+from .args import positive_int
 
 
 def cmd_kernels(args) -> None:
@@ -23,16 +24,6 @@ def cmd_kernels(args) -> None:
             cpu_choice.forget_timing(found)
     status = cpu_choice.status()
     print(json.dumps(asdict(status), indent=1) if args.json else status.describe())
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of threads, at least 1")
-    return value
 
 
 def add_kernels_command(sub: argparse._SubParsersAction) -> None:

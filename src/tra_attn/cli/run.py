@@ -8,11 +8,13 @@ from pathlib import Path
 
 from ..experiments.engine import Missing, Source
 from ..experiments.flipflop.main_job import main_job
-from ..experiments.run import build_page, page_of, run_spec
+from ..experiments.run import build_page, default_evidence, page_of, run_spec
+from ..experiments.spec import spec_path
 from ..experiments.store import Evidence, RunStore
+from ..experiments.workers import EXECUTORS, check_executor, train_missing
 from ..utils.atomic import atomic_write_text, make_directory
 from ..utils.cli_help import HelpFormatter
-from .args import device_arg, path_arg
+from .args import device_arg, path_arg, positive_int
 from .train import parse_seed
 
 STORE_HELP = "the run store: training folders and checkpoints (default: $TRA_STORE, else ~/.cache/tra/runs)"
@@ -38,10 +40,32 @@ def store_of(args) -> RunStore:
     return RunStore(args.store)
 
 
+def cluster_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--cluster-option``: the value as an int or a float where it reads as one."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r}; expected KEY=VALUE, e.g. slurm_partition=cpu or timeout_min=120")
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
+
+
 def cmd_run(args) -> None:
     store = store_of(args)
     refuse_file(args.evidence, "--evidence", "a folder of run records")
+    workers = args.jobs > 1 or args.executor != "processes"
+    if (args.no_train or args.plan) and workers:
+        raise ValueError("--jobs/--executor train runs; expected them without --no-train and --plan")
+    check_executor(args.executor, dict(args.cluster_option))
     for spec in args.specs:
+        if workers:
+            spec_file = spec_path(spec)
+            evidence = args.evidence or default_evidence(spec_file.parent)
+            options = dict(args.cluster_option)
+            train_missing(spec_file, store, evidence, args.jobs, args.executor, options, args.device)
         if args.plan:
             page = build_page(spec, store, args.evidence, train=False, plots=False, device=args.device)
             print(f"{page.path.parent}: {len(page.missing)} run(s) to train" + "".join(
@@ -75,6 +99,19 @@ def add_run_command(sub: argparse._SubParsersAction) -> None:
         help="with --no-train: write a question's page of the methods whose runs are all in, saying what is missing",
     )  # fmt: skip
     rp.add_argument("--no-plots", action="store_true", help="do not redraw the plots")
+    rp.add_argument(
+        "--jobs", type=positive_int, default=1,
+        help="train up to N runs at once, each on its share of the threads (processes) or as N jobs of a scheduler",
+    )  # fmt: skip
+    rp.add_argument(
+        "--executor", choices=EXECUTORS, default="processes",
+        help="where --jobs run: local processes; submitit's jobs on this machine (submitit-local) or on SLURM (slurm), "
+        "the store on a filesystem every node shares (docs/evidence.md)",
+    )  # fmt: skip
+    rp.add_argument(
+        "--cluster-option", type=cluster_option, action="append", default=[], metavar="KEY=VALUE",
+        help="a submitit option for each job: timeout_min, cpus_per_task, mem_gb, slurm_partition, slurm_account...",
+    )  # fmt: skip
     add_store_flags(rp)
     rp.set_defaults(func=cmd_run)
 

@@ -14,7 +14,6 @@ record is final.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import math
@@ -33,6 +32,7 @@ from .identity import run_id
 from .methods import Method
 from .preset import Preset
 from .registry import experiment as experiment_of
+from .run_lock import run_lock
 from .spec import Question
 from .store import DIVERGED, RECORD_NAME, Evidence, Record, RunStore, lean
 
@@ -114,6 +114,7 @@ class Source:
     def __init__(self, evidence: Evidence, store: RunStore, train: bool = True, progress: bool = True, log=print):
         self.evidence, self.store, self.train, self.progress, self.log = evidence, store, train, progress, log
         self.missing: list[Run] = []
+        self.checkpoints_missing: set[str] = set()  # the missing runs needed as checkpoints, not rows alone
         self.retrained: dict[str, tuple[Run, list[dict]]] = {}  # the runs seen that were trained more than once
         self.seen: set[str] = set()
 
@@ -132,6 +133,7 @@ class Source:
         if stored is None or latest_checkpoint(directory) is None:
             if not self.train:
                 self.missing.append(run)
+                self.checkpoints_missing.add(run.id)
                 return None
             if latest_checkpoint(directory) is None:  # a record whose checkpoints were removed: train again
                 (directory / RECORD_NAME).unlink(missing_ok=True)
@@ -158,12 +160,11 @@ class Source:
         """Train (or resume) the run in the store if it has not finished, then evaluate it; under a lock, so two
         processes asking for one run train it once."""
         directory = make_directory(self.store.directory(run.id), "--store")
-        with open(directory / ".lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.log(f"{run.describe()}: another process is training {directory}; waiting for it", flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+
+        def waiting(holder: str) -> None:
+            self.log(f"{run.describe()}: another process ({holder}) is training {directory}; waiting", flush=True)
+
+        with run_lock(directory, waiting):
             stored = self.store.get(run.id)
             if stored is not None and stored.covers(run.evaluation):
                 return stored
