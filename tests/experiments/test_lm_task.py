@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from tests.cli.test_cli import run
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.data import make_task
+from tra_attn.experiments.parameters import parameter_count
 from tra_attn.metrics import lm_metrics
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import resolve_checkpoint
@@ -292,7 +293,9 @@ def test_a_text_question_selects_learning_rates_on_validation_and_reports(tmp_pa
             if v["metric"] == "bits_per_byte"
         }
         best = min(val, key=lambda lr: (val[lr], lr))
-        assert f"| {label} | `{kind}` | nothing | {best:g} (chosen from 0.001, 0.003 on seed 0) |" in page
+        config = next(r.config for r in records if r.config["model"]["attention"] == kind)
+        rate = f"{best:g} (chosen from 0.001, 0.003 on seed 0)"
+        assert f"| {label} | `{kind}` | nothing | {parameter_count(config):,} | {rate} |" in page
     lengths = {r["length"] for rec in records for r in rec.rows("tokens=1024") if r["split"] == "non_overlapping"}
     assert lengths == {16, 32, 64, 128, 256}
     assert "| TRA |" in page and "16x / 1x" in page and (folder / "bits_per_byte.png").stat().st_size > 0

@@ -8,6 +8,7 @@ import statistics as stats
 from collections import defaultdict
 
 from .methods import PALETTE, label_value
+from .parameters import parameter_count
 from .store import DIVERGED
 
 
@@ -92,13 +93,16 @@ def rate_cell(grid: tuple[float, ...], selected: float | None, sweep_seeds) -> s
 
 
 def methods_section(results, level: str) -> list[str]:
-    """The methods of a task's results (``engine.Results``): label, kind, what each changes from the preset, and
-    its learning rate with how it was chosen (and where given or preset rates come from)."""
+    """The methods of a task's results (``engine.Results``): label, kind, what each changes from the preset, its
+    model's parameters, and its learning rate with how it was chosen (and where given or preset rates come
+    from)."""
     question, sweep_seeds = results.question, results.question.sweeping()
-    lines = [f"{level} Methods", "", "| method | kind | changes | learning rate |", "|---|---|---|---|"]
+    configs = {r["method"]: r["config"] for r in results.rows}
+    lines = [f"{level} Methods", "", "| method | kind | changes | parameters | learning rate |", "|---|---|---|---|---|"]
     for m in results.methods:
         rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
-        lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {rate} |")
+        lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {parameter_count(configs[m.label]):,} | {rate} |")
+    lines += ["", "Parameters: the whole model's, embeddings included, as the method's config builds it."]
     grids = [results.grids.get(m.label, ()) for m in results.methods]
     if any(len(g) > 1 for g in grids):
         cap = results.experiment.fit_accuracy
