@@ -11,7 +11,7 @@ import torch
 from ..models import ModelConfig, TransformerLM
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _count(model_json: str) -> int:
     config = ModelConfig.from_dict(json.loads(model_json))
     with torch.device("meta"):

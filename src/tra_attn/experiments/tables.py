@@ -98,7 +98,7 @@ def methods_section(results, level: str) -> list[str]:
     from)."""
     question, sweep_seeds = results.question, results.question.sweeping()
     configs = {r["method"]: r["config"] for r in results.rows}
-    lines = [f"{level} Methods", "", "| method | kind | changes | parameters | learning rate |", "|---|---|---|---|---|"]
+    lines = [f"{level} Methods", "", "| method | kind | changes | parameters | learning rate |", "|---" * 5 + "|"]
     for m in results.methods:
         rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
         lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {parameter_count(configs[m.label]):,} | {rate} |")
