@@ -54,12 +54,13 @@ def test_determinism_and_round_trip(tmp_path):
 
 
 def test_eval_splits_and_the_training_range():
-    task = make_task("asentmax_flip_flop", longest_test=256)
+    task = make_task("asentmax_flip_flop", longest_test=4096)
     splits = task.eval_splits(66, 4)
-    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [
-        (64, (4, 66)), (128, (2, 130)), (256, (1, 258))
+    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [  # the budget to seq_len 1024
+        (64, (4, 66)), (128, (4, 130)), (256, (4, 258)), (512, (4, 514)), (1024, (4, 1026)), (2048, (2, 2050)),
+        (4096, (1, 4098))
     ]  # fmt: skip
-    assert torch.equal(splits[1].batch.tokens, task.sample(2, 130, TEST_SEED + 1).tokens)
+    assert torch.equal(splits[1].batch.tokens, task.sample(4, 130, TEST_SEED + 1).tokens)
     length, spread = training_lengths(task)
     assert length == 66 and spread_lengths(task, length, spread) == list(range(34, 67, 2))  # 16..32 pairs
 

@@ -72,10 +72,11 @@ def test_determinism_and_round_trip(tmp_path):
 
 
 def test_eval_splits_and_the_training_range():
-    task = make_task("asentmax_local_count", longest_test=256)
+    task = make_task("asentmax_local_count", longest_test=4096)
     splits = task.eval_splits(131, 4)
-    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [
-        (64, (4, 67)), (128, (4, 131)), (256, (2, 259))  # shorter than training: all 4
+    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [  # the budget to seq_len 1024
+        (64, (4, 67)), (128, (4, 131)), (256, (4, 259)), (512, (4, 515)), (1024, (4, 1027)), (2048, (2, 2051)),
+        (4096, (1, 4099))
     ]  # fmt: skip
     assert torch.equal(splits[1].batch.tokens, task.sample(4, 131, TEST_SEED + 1).tokens)
     length, spread = training_lengths(task)

@@ -7,6 +7,7 @@ import torch
 
 from tra_attn.data import make_task
 from tra_attn.data.synthetic.asentmax_layout import training_lengths
+from tra_attn.data.synthetic.asentmax_mqmtar import TRAIN_VOCABULARY_SEED
 from tra_attn.data.task import TEST_SEED
 from tra_attn.training.length_spread import spread_lengths
 
@@ -79,16 +80,36 @@ def test_determinism_and_round_trip(tmp_path):
 
 
 def test_eval_splits_and_the_training_range():
-    task = make_task("asentmax_mqmtar", longest_test=256)
+    task = make_task("asentmax_mqmtar", longest_test=4096)
     splits = task.eval_splits(91, 4)
-    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [
-        (64, (4, 91)), (128, (2, 146)), (256, (1, 265))
+    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [  # the budget to seq_len 1024
+        (64, (4, 91)), (128, (4, 146)), (256, (4, 265)), (512, (4, 503)), (1024, (4, 979)), (2048, (2, 1938)),
+        (4096, (1, 3849))
     ]  # fmt: skip
-    assert torch.equal(splits[1].batch.tokens, task.sample(2, 146, TEST_SEED + 1).tokens)
+    assert torch.equal(splits[1].batch.tokens, task.test_sample(4, 146, TEST_SEED + 1).tokens)
     for s in [64 * 2**k for k in range(11)]:  # up to 65536: a test length builds the authors' own layout
         assert task.layout(task.seq_len_of(task.length_of(s))) == task.layout(s)
     length, spread = training_lengths(task)
     assert length == 91 and spread_lengths(task, length, spread) == [59, 62, 63, 67, 69, 75, 76, 83, 90, 91]
+
+
+def keys_of(tokens: torch.Tensor) -> set[tuple[int, int]]:
+    """The keys bound in the rows: the two tokens before each key-value separator (1)."""
+    rows = tokens.tolist()
+    return {tuple(row[i - 2 : i]) for row in rows for i, t in enumerate(row) if t == 1}
+
+
+def test_training_reads_one_vocabulary_and_each_test_split_its_own():
+    """As the authors' files: every training sample (any seed, any run) draws from one vocabulary of 10,000 keys;
+    a test split from one of its own, so most of its keys were never keys in training."""
+    task = make_task("asentmax_mqmtar", longest_test=256)
+    vocabulary = {tuple(w) for w in task._vocabulary(torch.Generator().manual_seed(TRAIN_VOCABULARY_SEED))[0].tolist()}
+    trained = set().union(*(keys_of(task.sample(16, 91, seed).tokens) for seed in range(20)))
+    assert trained <= vocabulary and len(trained) > 2000
+    tested = keys_of(task.eval_splits(91, 64)[-1].batch.tokens)
+    assert len(tested - vocabulary) > 0.75 * len(tested)
+    other = keys_of(task.eval_splits(91, 64)[-2].batch.tokens)
+    assert len(other - vocabulary) > 0.75 * len(other) and other != tested
 
 
 def test_statistics():

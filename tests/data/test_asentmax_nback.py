@@ -54,12 +54,13 @@ def test_text_round_trip_and_refusals(tmp_path):
 
 
 def test_eval_splits_and_the_training_range():
-    task = make_task("asentmax_nback", longest_test=256)
+    task = make_task("asentmax_nback", longest_test=4096)
     splits = task.eval_splits(131, 4)
-    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [
-        (64, (4, 131)), (128, (2, 259)), (256, (1, 515))
+    assert [(s.params["seq_len"], s.batch.tokens.shape) for s in splits] == [  # the budget to seq_len 1024
+        (64, (4, 131)), (128, (4, 259)), (256, (4, 515)), (512, (4, 1027)), (1024, (4, 2051)), (2048, (2, 4099)),
+        (4096, (1, 8195))
     ]  # fmt: skip
-    assert torch.equal(splits[2].batch.tokens, task.sample(1, 515, TEST_SEED + 2).tokens)
+    assert torch.equal(splits[6].batch.tokens, task.sample(1, 8195, TEST_SEED + 6).tokens)
     length, spread = training_lengths(task)
     assert length == 131 and spread_lengths(task, length, spread) == list(range(67, 132, 2))  # m = 32..64
 

@@ -77,9 +77,9 @@ def test_eval_splits_are_the_authors_test_lengths(name):
     task = make_task(name, longest_test=512)
     splits = task.eval_splits(131, 8)
     assert [s.params["seq_len"] for s in splits] == [64, 128, 256, 512]
-    assert [s.batch.tokens.shape for s in splits] == [(8, 131), (4, 259), (2, 515), (1, 1027)]
+    assert [s.batch.tokens.shape for s in splits] == [(8, 131), (8, 259), (8, 515), (8, 1027)]  # all to seq_len 1024
     assert {s.split for s in splits} == {"test"}
-    assert torch.equal(splits[1].batch.tokens, task.sample(4, 259, TEST_SEED + 1).tokens)
+    assert torch.equal(splits[1].batch.tokens, task.sample(8, 259, TEST_SEED + 1).tokens)
     assert make_task(name).longest_test == (512 if name == "asentmax_reverse" else 4096)
 
 

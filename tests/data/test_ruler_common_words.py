@@ -71,9 +71,9 @@ def test_eval_splits_lengthen_and_a_too_small_vocabulary_is_refused_before_any_i
     task = make_task("ruler_common_words", num_cw=2, freq_cw=6, freq_ucw=1, num_words=1000)
     splits = task.eval_splits(40, 16)
     assert [(s.split, s.batch.tokens.shape) for s in splits] == [
-        ("iid", (split_sequences(16, 40, f * 40), f * 40)) for f in LENGTH_FACTORS
+        ("iid", (split_sequences(16, 4 * 40, f * 40), f * 40)) for f in LENGTH_FACTORS
     ]
-    assert torch.equal(splits[1].batch.tokens, task.sample(8, 80, TEST_SEED + 1).tokens)
+    assert torch.equal(splits[1].batch.tokens, task.sample(16, 80, TEST_SEED + 1).tokens)
     small = make_task("ruler_common_words", num_words=1000)
     with pytest.raises(
         ValueError,

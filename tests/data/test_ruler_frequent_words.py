@@ -84,10 +84,10 @@ def test_eval_splits_lengthen_the_training_length():
     task = make_task("ruler_frequent_words")
     splits = task.eval_splits(128, 16)
     assert [(s.split, s.batch.tokens.shape) for s in splits] == [
-        ("iid", (split_sequences(16, 128, f * 128), f * 128)) for f in LENGTH_FACTORS
+        ("iid", (split_sequences(16, 4 * 128, f * 128), f * 128)) for f in LENGTH_FACTORS
     ]
     assert splits[0].params == {"alpha": 2.0, "num_top": 3, "num_words": 128}
-    assert torch.equal(splits[3].batch.tokens, task.sample(2, 1024, TEST_SEED + 3).tokens)
+    assert torch.equal(splits[3].batch.tokens, task.sample(8, 1024, TEST_SEED + 3).tokens)
 
 
 def test_text_round_trip_and_what_is_refused(tmp_path):

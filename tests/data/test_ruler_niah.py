@@ -131,10 +131,10 @@ def test_eval_splits_are_the_length_by_depth_grid():
     ]
     for s in splits:
         length = s.batch.tokens.shape[1]
-        assert s.batch.tokens.shape[0] == split_sequences(32, 64, length)
+        assert s.batch.tokens.shape[0] == split_sequences(32, 4 * 64, length)  # the budget to 4x, then its tokens
         assert s.params["depth"] == float(s.split[5:]) and s.params["num_needle_k"] == 4
     assert torch.equal(
-        splits[7].batch.tokens, make_task("ruler_niah_multikey", depth=0.5).sample(16, 128, TEST_SEED + 1).tokens
+        splits[7].batch.tokens, make_task("ruler_niah_multikey", depth=0.5).sample(32, 128, TEST_SEED + 1).tokens
     )
     with pytest.raises(ValueError, match=r"ruler_niah_multikey: length = 50; expected an integer >= 51"):
         task.eval_splits(50, 32)

@@ -102,10 +102,10 @@ def test_eval_splits_lengthen_the_training_length():
     task = make_task("ruler_variable_tracking")
     splits = task.eval_splits(48, 16)
     assert [(s.split, s.batch.tokens.shape) for s in splits] == [
-        ("iid", (split_sequences(16, 48, f * 48), f * 48)) for f in LENGTH_FACTORS
+        ("iid", (split_sequences(16, 4 * 48, f * 48), f * 48)) for f in LENGTH_FACTORS
     ]
     assert splits[0].params == {"num_chains": 1, "num_hops": 4, "value_digits": 5, "haystack": "noise", "num_words": 64}
-    assert torch.equal(splits[2].batch.tokens, task.sample(4, 192, TEST_SEED + 2).tokens)
+    assert torch.equal(splits[2].batch.tokens, task.sample(16, 192, TEST_SEED + 2).tokens)
 
 
 def test_statistics():

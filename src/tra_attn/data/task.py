@@ -92,6 +92,15 @@ class Task:
         """The standard test sets for a model trained on ``train_length``-token sequences."""
         raise NotImplementedError
 
+    def full_test_length(self, train_length: int) -> int:
+        """The longest test length whose splits hold the whole budget of sequences (longer ones hold as many tokens
+        as it does): by default the training length; a protocol read to 0.01 per cell goes further."""
+        return train_length
+
+    def split_size(self, sequences: int, train_length: int, length: int) -> int:
+        """Sequences of the test split at ``length`` under a budget of ``sequences`` (``full_test_length``)."""
+        return split_sequences(sequences, self.full_test_length(train_length), length)
+
     def encode_text(self, line: str) -> torch.Tensor:
         """One sequence from its text form (as written by ``decode_text``)."""
         raise NotImplementedError
@@ -165,9 +174,10 @@ def check_scored(batch: TaskBatch, what: str) -> TaskBatch:
     return batch
 
 
-def split_sequences(sequences: int, train_length: int, length: int) -> int:
-    """Sequences for a test split: ``sequences`` at the training length, the same token budget beyond it."""
-    return max(1, sequences * train_length // max(length, train_length))
+def split_sequences(sequences: int, full_length: int, length: int) -> int:
+    """Sequences for a test split: ``sequences`` up to ``full_length`` (the training length, by default), the same
+    token budget beyond it."""
+    return max(1, sequences * full_length // max(length, full_length))
 
 
 TASKS: dict[str, type[Task]] = {}

@@ -30,8 +30,9 @@ from typing import ClassVar
 import torch
 
 from ...utils.checks import is_int
-from ..task import EvalSplit, Task, TaskBatch, register_task
+from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
+    AuthorsTests,
     Specials,
     after_first,
     check_fraction,
@@ -41,7 +42,6 @@ from .asentmax_layout import (
     encode_words,
     malformed,
     mean,
-    seq_len_splits,
 )
 
 WRITE, IGNORE, READ = 2, 3, 4
@@ -50,7 +50,7 @@ SPECIALS = Specials(4)
 
 @register_task
 @dataclass(frozen=True)
-class AsentmaxFlipFlop(Task):
+class AsentmaxFlipFlop(AuthorsTests, Task):
     """ASEntmax flip-flop: writes and ignores, then one read whose bit (the last written one) is the target."""
 
     write_prob: float = field(
@@ -101,10 +101,6 @@ class AsentmaxFlipFlop(Task):
         pairs = torch.stack([commands, bits], dim=2).view(num, 2 * p)
         tokens = torch.cat([column + SPECIALS.bos, pairs, column + SPECIALS.eos], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """``test`` at seq_len 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits)."""
-        return seq_len_splits(self, train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'<bos> 2 1 3 0 4 1 <eos>' -> token ids, validating the grammar and that the read gives the last write."""

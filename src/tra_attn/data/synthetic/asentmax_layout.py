@@ -17,9 +17,11 @@ this library does: each task maps ``length`` to the authors' ``seq_len`` (``seq_
 one document of a length drawn uniformly from the task's valid lengths in that range, the rest of the row
 padding that no token attends to, as the authors' right padding. Validation stays at ``length``.
 
-Test splits: the authors generate one test file per ``seq_len`` (``--mdps_seq_len``, vary_len 0), powers of two
-from 64; a task's ``longest_test`` field says how far (its default: the authors' range for that task). Each split
-is named ``test``, carries ``seq_len`` in its parameters, and uses the seed TEST_SEED + its index (64 is 0).
+Test splits: the authors generate one test file per ``seq_len`` (``--mdps_seq_len``, vary_len 0) of 1,000
+sequences (``--test_size``), powers of two from 64; a task's ``longest_test`` field says how far (its default: the
+authors' range for that task). Each split is named ``test``, carries ``seq_len`` in its parameters, holds the
+evaluation budget's sequences up to seq_len 1024 and as many tokens as there beyond (``AuthorsTests``), and uses
+the seed TEST_SEED + its index (64 is 0).
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ import math
 import torch
 
 from ...utils.checks import is_number
-from ..task import TEST_SEED, EvalSplit, Task, split_sequences
+from ..task import TEST_SEED, EvalSplit, Task
 from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
 
 SPECIALS = ("pad", "bos", "eos", "mask", "sep")  # SimpleTokenizer's order, ids max_vocab_id + 1 ...
 FIRST_TEST = 64  # the authors' shortest test seq_len (scripts/generate_data.py: --mdps_seq_len "64 128 ...")
+# Up to this seq_len every test split holds the evaluation budget's sequences; beyond it as many tokens as there (the
+# O(S^2) kinds spend minutes per 100 sequences at seq_len 4096 on 2 cores).
+FULL_TEST_SEQ_LEN = 1024
 
 
 def check_fraction(task: str, name: str, value, closed_top: bool) -> float:
@@ -114,19 +119,33 @@ def check_longest(task: str, value) -> int:
     return check_int(task, "longest_test", value, FIRST_TEST)
 
 
-def seq_len_splits(task: Task, train_length: int, sequences: int) -> list[EvalSplit]:
+def seq_len_splits(task: Task, train_length: int, sequences: int, draw=None) -> list[EvalSplit]:
     """One ``test`` split per seq_len of ``test_seq_lens(task.longest_test)``, ``length_of(seq_len)`` tokens,
-    ``sequences`` at the training length and the same token budget beyond it; split k uses TEST_SEED + k."""
+    ``task.split_size`` sequences each (``AuthorsTests``); split k uses TEST_SEED + k. ``draw(num, length, seed)``
+    makes a split's sequences (default: ``task.sample``)."""
     task.check_length(train_length)
+    draw = draw or task.sample
     splits = []
     for index, seq_len in enumerate(test_seq_lens(task.longest_test)):
         length = task.length_of(seq_len)
         try:
-            batch = task.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index)
+            batch = draw(task.split_size(sequences, train_length, length), length, TEST_SEED + index)
         except ValueError as err:
             raise ValueError(f"{task.name}: the test split at seq_len = {seq_len}: {err}") from None
         splits.append(EvalSplit("test", {**dataclasses.asdict(task), "seq_len": seq_len}, batch))
     return splits
+
+
+class AuthorsTests:
+    """The test splits every task of the suite shares (a mixin before ``Task``): ``test`` at seq_len 64, 128, ...
+    up to ``longest_test``, the evaluation budget's sequences each up to seq_len FULL_TEST_SEQ_LEN and as many
+    tokens as there beyond it."""
+
+    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
+        return seq_len_splits(self, train_length, sequences)
+
+    def full_test_length(self, train_length: int) -> int:
+        return max(train_length, self.length_of(FULL_TEST_SEQ_LEN))
 
 
 def training_lengths(task: Task) -> tuple[int, float]:

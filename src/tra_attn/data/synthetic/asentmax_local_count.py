@@ -39,8 +39,9 @@ from typing import ClassVar
 import torch
 
 from ...utils.checks import is_int
-from ..task import EvalSplit, Task, TaskBatch, register_task
+from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
+    AuthorsTests,
     Specials,
     check_int,
     check_longest,
@@ -49,7 +50,6 @@ from .asentmax_layout import (
     encode_words,
     malformed,
     mean,
-    seq_len_splits,
 )
 
 
@@ -64,7 +64,7 @@ def run_counts(source: torch.Tensor) -> torch.Tensor:
 
 @register_task
 @dataclass(frozen=True)
-class AsentmaxLocalCount(Task):
+class AsentmaxLocalCount(AuthorsTests, Task):
     """ASEntmax local count: blocks of repeated tokens, then the 0-based count of the last token's repeats."""
 
     num_symbols: int = field(
@@ -127,10 +127,6 @@ class AsentmaxLocalCount(Task):
         column = torch.zeros(num, 1, dtype=torch.long)
         tokens = torch.cat([column + sp.bos, source, column + sp.sep, count + self.label0], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """``test`` at n = 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits)."""
-        return seq_len_splits(self, train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'<bos> 3 3 9 9 9 <sep> y2' -> token ids, validating the grammar and the count."""

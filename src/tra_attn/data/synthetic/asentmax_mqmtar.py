@@ -16,10 +16,13 @@ For a seq_len s their generator takes num_kv = int(s * num_kv_fraction // (k_len
 the vocabulary's num_words) and lays each in a row of W = s // num_kv tokens: spaces, the key, 1, the value, a
 space, spaces, the pair's place in its row drawn as their random deletion of the surplus spaces of a row twice as
 wide does (the kept spaces a uniform subset of its free places). Keys are distinct and values are distinct (drawn
-without replacement from a vocabulary of num_words keys and num_words values, chosen once per generated split:
-here once per ``sample`` call, so a test split shares one vocabulary as theirs; each sample's keys and values are
-uniform either way). num_q queries follow, each 2 and a key drawn uniformly (with repeats) from the sample's
-pairs; the target is, per query, 2 and its value. Scored: the target and the <eos>.
+without replacement from a vocabulary of num_words keys and num_words values, chosen once per generated file).
+As theirs, training draws from one vocabulary, the same for every run (``sample``: theirs is the training file's),
+and each test split from one of its own (``test_sample``), so most test words were never seen in training (about
+85% of the keys at their defaults). Validation reads the training vocabulary: it chooses rates and detects the fit
+on the training distribution, where the authors' validation files have vocabularies of their own. num_q queries
+follow, each 2 and a key drawn uniformly (with repeats) from the sample's pairs; the target is, per query, 2 and
+its value. Scored: the target and the <eos>.
 
 Lengths: a sequence has 3 + num_kv * W + num_q (k_len + v_len + 2) tokens. Several s give the same num_kv and W,
 so a ``length`` names the smallest such s (``seq_len_of``); the tests at the authors' s = 64 ... 65536 build
@@ -48,6 +51,7 @@ import torch
 from ...utils.checks import is_int
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
+    AuthorsTests,
     Specials,
     after_first,
     check_fraction,
@@ -80,9 +84,18 @@ def _smallest_seq_len(fraction: float, unit: int, num_words: int, num_q: int, pr
     return None
 
 
+TRAIN_VOCABULARY_SEED = 20250616  # the one training vocabulary of every run (the paper's arXiv date)
+
+
+@functools.cache
+def _training_vocabulary(abc_size: int, k_len: int, v_len: int, num_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+    task = AsentmaxMQMTAR(abc_size=abc_size, k_len=k_len, v_len=v_len, num_words=num_words)
+    return task._vocabulary(torch.Generator().manual_seed(TRAIN_VOCABULARY_SEED))
+
+
 @register_task
 @dataclass(frozen=True)
-class AsentmaxMQMTAR(Task):
+class AsentmaxMQMTAR(AuthorsTests, Task):
     """ASEntmax MQMTAR: multi-token key-value pairs among spaces, queried keys, their values as the target."""
 
     abc_size: int = field(default=256, metadata={"help": "alphabet of key and value tokens (the authors' --abc_size)"})
@@ -169,15 +182,28 @@ class AsentmaxMQMTAR(Task):
         return length
 
     def sample(self, num: int, length: int, seed: int) -> TaskBatch:
-        """``num`` sequences of ``length`` tokens; the same seed gives the same sequences."""
+        """``num`` sequences of ``length`` tokens over the training vocabulary, the same for every seed and run (the
+        authors generate one training set); the same seed gives the same sequences. Validation reads it too."""
+        key_words, value_words = _training_vocabulary(self.abc_size, self.k_len, self.v_len, self.num_words)
+        return self._sample(num, length, torch.Generator().manual_seed(seed), key_words, value_words)
+
+    def test_sample(self, num: int, length: int, seed: int) -> TaskBatch:
+        """As ``sample``, over a vocabulary of the split's own drawn from ``seed``: as in the authors' test files,
+        most of its keys and values never occurred in training."""
+        gen = torch.Generator().manual_seed(seed)
+        return self._sample(num, length, gen, *self._vocabulary(gen))
+
+    def _vocabulary(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """num_words distinct keys and num_words distinct values (their pre_generate), as alphabet ids."""
+        keys = torch.randperm(self.abc_size**self.k_len, generator=gen)[: self.num_words]
+        values = torch.randperm(self.abc_size**self.v_len, generator=gen)[: self.num_words]
+        return self._words(keys, self.k_len), self._words(values, self.v_len)
+
+    def _sample(self, num: int, length: int, gen, key_words: torch.Tensor, value_words: torch.Tensor) -> TaskBatch:
         self.check_length(length)
         check_num(self.name, num)
-        gen = torch.Generator().manual_seed(seed)
         pairs, width = self.layout(self.seq_len_of(length))
         k, v, sp = self.k_len, self.v_len, self.specials
-        # The split's vocabulary: num_words distinct keys and num_words distinct values (their pre_generate).
-        key_words = self._words(torch.randperm(self.abc_size**k, generator=gen)[: self.num_words], k)
-        value_words = self._words(torch.randperm(self.abc_size**v, generator=gen)[: self.num_words], v)
         pick = torch.rand(num, self.num_words, generator=gen).argsort(dim=1, stable=True)[:, :pairs]
         keys = key_words[pick]  # (num, pairs, k)
         pick = torch.rand(num, self.num_words, generator=gen).argsort(dim=1, stable=True)[:, :pairs]
@@ -208,8 +234,9 @@ class AsentmaxMQMTAR(Task):
         return index[:, None] // powers % self.abc_size + ALPHA0
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """``test`` at seq_len 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits)."""
-        return seq_len_splits(self, train_length, sequences)
+        """``test`` at seq_len 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits), each over a
+        vocabulary of its own (``test_sample``)."""
+        return seq_len_splits(self, train_length, sequences, self.test_sample)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """Token ids of a line, validating the grammar and that every answer is the value bound to its query."""

@@ -33,8 +33,9 @@ from typing import ClassVar
 import torch
 
 from ...utils.checks import is_int
-from ..task import EvalSplit, Task, TaskBatch, register_task
+from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
+    AuthorsTests,
     Specials,
     check_int,
     check_longest,
@@ -42,13 +43,12 @@ from .asentmax_layout import (
     decode_words,
     encode_words,
     malformed,
-    seq_len_splits,
 )
 
 
 @register_task
 @dataclass(frozen=True)
-class AsentmaxNBack(Task):
+class AsentmaxNBack(AuthorsTests, Task):
     """ASEntmax n-back: every token labelled with the token num_steps before it (the authors' generator)."""
 
     num_symbols: int = field(
@@ -119,10 +119,6 @@ class AsentmaxNBack(Task):
         out = torch.zeros_like(source)
         out[:, self.num_steps :] = source[:, : source.shape[1] - self.num_steps]
         return out
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """``test`` at seq_len 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits)."""
-        return seq_len_splits(self, train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'<bos> 0 y0 7 y0 3 y0 12 y7' -> token ids, validating the grammar and every label."""

@@ -26,8 +26,9 @@ from typing import ClassVar
 import torch
 
 from ...utils.checks import is_int
-from ..task import EvalSplit, Task, TaskBatch
+from ..task import Task, TaskBatch
 from .asentmax_layout import (
+    AuthorsTests,
     Specials,
     after_first,
     check_int,
@@ -36,11 +37,10 @@ from .asentmax_layout import (
     decode_words,
     encode_words,
     malformed,
-    seq_len_splits,
 )
 
 
-class SourceTarget(Task):
+class SourceTarget(AuthorsTests, Task):
     """A source of n uniform data tokens, then its image under ``target`` (subclasses: frozen dataclasses with the
     fields ``num_symbols`` and ``longest_test``)."""
 
@@ -90,10 +90,6 @@ class SourceTarget(Task):
         column = torch.full((num, 1), 0, dtype=torch.long)
         tokens = torch.cat([column + sp.bos, source, column + sp.sep, self.target(source), column + sp.eos], dim=1)
         return TaskBatch(tokens, self.loss_mask(tokens))
-
-    def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
-        """``test`` at n = 64, 128, ... up to ``longest_test`` (asentmax_layout.seq_len_splits)."""
-        return seq_len_splits(self, train_length, sequences)
 
     def encode_text(self, line: str) -> torch.Tensor:
         """'<bos> 3 1 <sep> 3 1 <eos>' -> token ids, validating the grammar and that the target is the source's."""

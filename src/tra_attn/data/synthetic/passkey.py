@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...utils.checks import is_int, is_number
-from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
+from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task
 
 KEY_MARK, QUESTION, FILLER0 = 10, 11, 12
 MAX_FILLER = 26
@@ -53,12 +53,13 @@ def split_name(depth: float) -> str:
 def length_depth_splits(task, train_length: int, sequences: int) -> list[EvalSplit]:
     """The length x depth grid of a task with a ``depth`` field: at each of LENGTH_FACTORS times the training length,
     a split per depth of DEPTHS; ``sequences`` per cell at the training length, the same token budget per cell
-    beyond it, and the depths of one length share their seed (TEST_SEED + the length's index)."""
+    beyond it (or ``sequences`` per cell at every length: ``Task.sequences_per_split``), and the depths of one
+    length share their seed (TEST_SEED + the length's index)."""
     task.check_length(train_length)
     splits = []
     for index, factor in enumerate(LENGTH_FACTORS):
         length = factor * train_length
-        num = split_sequences(sequences, train_length, length)
+        num = task.split_size(sequences, train_length, length)
         for depth in DEPTHS:
             cell = dataclasses.replace(task, depth=depth)
             splits.append(

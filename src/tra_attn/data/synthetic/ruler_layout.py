@@ -36,9 +36,11 @@ import string
 import torch
 
 from ...utils.checks import is_int
-from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, split_sequences
+from ..task import TEST_SEED, EvalSplit, Task, TaskBatch
 from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
 from .passkey import LENGTH_FACTORS
+
+FULL_TEST_FACTOR = 4  # the longest test length, in training lengths, whose splits hold the whole budget
 
 RULER_COMMIT = "c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a"
 PAD, MARK, SEP, QUERY, ANSWER, NOISE = 10, 11, 12, 13, 14, 15
@@ -104,6 +106,11 @@ class RulerTask(Task):
     def vocab_size(self) -> int:
         return WORD0 + self.num_words
 
+    def full_test_length(self, train_length: int) -> int:
+        """Every split to 4x the training length holds the evaluation budget's sequences (100 on the cpu preset: a
+        cell moves by 0.01 per sequence); 8x and 16x as many tokens as 4x, which the O(S^2) kinds need on CPU."""
+        return FULL_TEST_FACTOR * train_length
+
     @property
     def item_width(self) -> int:
         """Tokens per reference answer (one value's digits, or one word)."""
@@ -139,7 +146,7 @@ class RulerTask(Task):
             EvalSplit(
                 "iid",
                 dataclasses.asdict(self),
-                self.sample(split_sequences(sequences, train_length, length), length, TEST_SEED + index),
+                self.sample(self.split_size(sequences, train_length, length), length, TEST_SEED + index),
             )
             for index, length in enumerate(lengths)
         ]

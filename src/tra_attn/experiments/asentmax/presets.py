@@ -4,8 +4,8 @@ CPU recipe on the authors' training lengths, scaled down from their GPU budget, 
 Their recipe (deep-spin/asentmax be54bd3f, ``synthetic/configs/experiment/entmax/*.yaml``,
 ``configs/model/sparse_gemma.yaml``, ``configs/data/*.yaml`` and the README's data commands): a Gemma-2 model of 2
 to 6 layers, hidden 256 to 512, trained one epoch over 10M to 50M samples at batch 128 (78,125 to 390,625 steps),
-AdamW without weight decay, bf16, and tested at seq_len 64 to 4096 (MQMTAR to 65,536). ``AUTHORS`` lists it per
-task; the page says by how much ours is smaller.
+AdamW without weight decay, bf16, and tested on 1,000 sequences per seq_len from 64 to 4096 (reverse to 512, MQMTAR
+to 65,536). ``AUTHORS`` lists it per task; the page says by how much ours is smaller.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...data import make_task
-from ...data.synthetic.asentmax_layout import training_lengths
+from ...data.synthetic.asentmax_layout import FULL_TEST_SEQ_LEN, training_lengths
 from ..preset import SMALL_MODEL, Preset, fit_recipe, smoke_preset
 
 ASENTMAX_TASKS = (
@@ -26,6 +26,9 @@ ASENTMAX_TASKS = (
     "asentmax_local_count",
 )
 CPU_LONGEST = 4096  # the longest test seq_len on CPU (MQMTAR's authors go to 65,536: O(S^2) kinds cannot)
+# Test sequences per length (the authors generate 1,000): one sequence moves a cell by 0.01 up to seq_len
+# FULL_TEST_SEQ_LEN; beyond it the splits hold as many tokens (50 sequences at 2048, 25 at 4096).
+TEST_SEQUENCES = 100
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,13 @@ def task_presets(task: str) -> dict[str, Preset]:
     """The cpu preset (the authors' training lengths as ``length`` and ``length_spread``, tests to seq_len 4096)
     and a smoke test of ``task``."""
     length, spread = training_lengths(make_task(task))
+    longest = min(CPU_LONGEST, make_task(task).longest_test)
     authors = AUTHORS[task]
     scale = authors.samples / (CPU_STEPS * CPU_BATCH)
     return {
         "cpu": Preset(
-            task_args={"longest_test": CPU_LONGEST},
-            model=SMALL_MODEL,  # head dim 16, as theirs
+            task_args={"longest_test": longest},  # the authors' range, cut at CPU_LONGEST (reverse: theirs, 512)
+            model=SMALL_MODEL,  # head dim 16, as their copy's (reverse, sort and MQMTAR: 32)
             options={"cope": {"max_pos": length}},
             train=fit_recipe(
                 length,
@@ -80,11 +84,12 @@ def task_presets(task: str) -> dict[str, Preset]:
                 weight_decay=0.0,  # theirs (experiment configs: optimizer.weight_decay 0.0)
                 beta2=0.99,  # theirs (sparse_gemma.yaml: betas [0.9, 0.99])
             ),
-            eval_budget=128,
+            eval_budget=TEST_SEQUENCES,
             description=f"2 layers, d_model 64, 4 heads; the authors' training lengths ({length} tokens with spread "
             f"{spread:.3f}), batch {CPU_BATCH}, trained to fit (validation exact match 0.99) within {CPU_STEPS} "
             f"steps: at most {CPU_STEPS * CPU_BATCH:,} samples, 1/{scale:,.0f} of the authors' {authors.samples:,}; "
-            f"tested at seq_len 64-{CPU_LONGEST}",
+            f"tested at seq_len 64-{longest}, {TEST_SEQUENCES} sequences per length to seq_len {FULL_TEST_SEQ_LEN} and "
+            f"as many tokens beyond (the authors: 1,000 per length)",
         ),
         "tiny": smoke_preset(
             task_args={"longest_test": 128},

@@ -33,10 +33,10 @@ def task_presets(task: str) -> dict[str, Preset]:
             model=SMALL_MODEL,
             options={"cope": {"max_pos": CPU_LENGTH}},  # CoPE's position table covers the training length
             train=fit_recipe(CPU_LENGTH, 2000, eval_every=100, checkpoint_every=500),
-            eval_budget=64,
+            eval_budget=100,
             description=f"2 layers, d_model 64, 4 heads; {CPU_LENGTH}-token sequences, batch 32, trained to fit "
-            "(validation exact match 0.99) within 2000 steps; tested at 1x-16x (needles at 5 depths), 64 sequences "
-            "per split at the training length and the same tokens beyond it",
+            "(validation exact match 0.99) within 2000 steps; tested at 1x-16x (needles at 5 depths), 100 sequences "
+            "per split to 4x and the same tokens beyond it (50 at 8x, 25 at 16x)",
         ),
         "tiny": smoke_preset(
             task_args=TINY_TASK_ARGS[task],
