@@ -281,3 +281,15 @@ def test_bad_input_gets_clear_errors():
     with pytest.raises(ValueError, match=r"\['gate'\] are not options of PaTHFoXAttention"):
         PaTHFoXAttention(16, 2, gate=True)
     assert PaTHFoXAttention(16, 2).options.forget_gate and not PaTHAttention(16, 2).options.forget_gate
+
+
+def test_w_conv_init_std_draws_the_convolution_as_the_authors_model_does():
+    """0 keeps PyTorch's default (kaiming-uniform: |w| <= 1/sqrt(3)); the authors' model draws it from N(0, 0.02)."""
+    torch.manual_seed(0)
+    default = TransformerLM(ModelConfig(vocab_size=13, d_model=64, n_layers=1, n_heads=2, attention="path"))
+    torch.manual_seed(0)
+    theirs = TransformerLM(ModelConfig(vocab_size=13, d_model=64, n_layers=1, n_heads=2, attention="path",
+                                       attention_options={"w_conv_init_std": 0.02}))  # fmt: skip
+    weight = default.blocks[0].attn.w_conv.weight
+    assert weight.abs().max() <= 3**-0.5 and 0.25 < weight.std() < 0.4
+    assert 0.015 < theirs.blocks[0].attn.w_conv.weight.std() < 0.025

@@ -20,7 +20,7 @@ from tests.training.test_train import assert_same_weights, losses, tiny
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.layers.alibi import ALiBiOptions
 from tra_attn.layers.rope import RoPEOptions
-from tra_attn.ops.alibi import alibi_attention, alibi_slopes, document_alibi_bias
+from tra_attn.ops.alibi import alibi_attention, alibi_bias, alibi_slopes, document_alibi_bias
 from tra_attn.ops.masks import causal_mask
 from tra_attn.ops.positions import drawn_distances, random_distances, random_positions, sequence_positions
 from tra_attn.ops.rope import apply_rope, rope_angles
@@ -313,8 +313,8 @@ def test_a_draw_is_distributed_as_the_authors_draw(kind):
 
 def test_our_alibi_bias_with_random_distances_is_a_function_of_i_minus_j_and_the_authors_for_the_same_sample():
     """-m_h d_{i-j} on the visible keys, the authors' bias for the same sample, less the 0.5 m_h they add below the
-    diagonal (their bidirectional encoder's way to tell left from right, in their plain ALiBi too; neither of ours
-    has it); the attention equals a softmax over the authors' causal logits."""
+    diagonal (their bidirectional encoder's way to tell left from right, in their plain ALiBi too; ours adds it with
+    self_offset 0.5, the next test); the attention equals a softmax over the authors' causal logits."""
     h, s = 4, 9
     table = random_distances(1, s, SPAN, generator=torch.Generator().manual_seed(2))
     assert not torch.equal(table[0], torch.arange(s))
@@ -332,6 +332,38 @@ def test_our_alibi_bias_with_random_distances_is_a_function_of_i_minus_j_and_the
     logits = (q @ k.transpose(-1, -2)) / math.sqrt(8) + theirs.masked_fill(~causal, float("-inf"))
     expected = logits.softmax(-1) @ v
     torch.testing.assert_close(alibi_attention(q, k, v, slopes, distances=table.expand(2, s)), expected)
+
+
+def test_self_offset_one_half_is_the_authors_bias_whole_on_every_path():
+    """With self_offset 0.5 our bias is the authors' own, their +0.5 m_h on earlier keys included: drawn distances,
+    the plain bias, a packed row (each document as alone) and KV-cache decoding through the model."""
+    h, s = 4, 9
+    table = random_distances(1, s, SPAN, generator=torch.Generator().manual_seed(2))
+    slopes = alibi_slopes(h).double()
+    causal = causal_mask(s, s)
+    ours = document_alibi_bias(slopes, None, causal[None, None], distances=table, self_offset=0.5)[0]
+    theirs = torch.from_numpy(authors_noisy_alibi_biases((h, s, s), SPAN, table[0, 1:].numpy()))
+    torch.testing.assert_close(ours[:, causal], theirs[:, causal], atol=1e-12, rtol=0)
+    plain = alibi_bias(slopes, s, s, self_offset=0.5)
+    offsets = 0.5 * slopes[:, None, None] * torch.ones(s, s, dtype=torch.float64).tril(-1)
+    torch.testing.assert_close(plain, alibi_bias(slopes, s, s) + offsets)
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, h, s, 8, dtype=torch.float64, generator=generator) for _ in range(3))
+    seg = torch.tensor([[0] * 4 + [1] * 5])
+    packed = alibi_attention(q, k, v, slopes, segment_ids=seg, self_offset=0.5)
+    for start, end in ((0, 4), (4, 9)):
+        alone = alibi_attention(
+            q[..., start:end, :], k[..., start:end, :], v[..., start:end, :], slopes, self_offset=0.5
+        )
+        torch.testing.assert_close(packed[..., start:end, :], alone)
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=16, n_layers=2, n_heads=2, attention="alibi",
+                                      attention_options={"self_offset": 0.5})).double().eval()  # fmt: skip
+    ids = torch.randint(0, 13, (2, 9))
+    cache = model.new_cache()
+    steps = torch.cat(
+        [model(ids[:, :5], cache=cache)] + [model(ids[:, i : i + 1], cache=cache) for i in range(5, 9)], 1
+    )
+    torch.testing.assert_close(steps, model(ids), atol=1e-10, rtol=0)
 
 
 def test_a_document_reads_its_rows_distances_wherever_it_sits_in_the_row():

@@ -167,7 +167,7 @@ def converted(kind: str, tmp_path: Path) -> Path:
         refusal = rf"{config}: a Hugging Face config written by an earlier version of tra \(the former kind "
         refusal += rf"'{kind.removesuffix('_hf')}'\); convert its folder with `tra upgrade {folder}`"
     else:
-        refusal = rf"{config}: ModelConfig version 7, written by an earlier version of tra; expected version 9: "
+        refusal = rf"{config}: ModelConfig version 7, written by an earlier version of tra; expected version 10: "
         refusal += rf"convert it with `tra upgrade {config}`"
     with pytest.raises(OldVersion, match=refusal):
         TransformerLM.from_pretrained(folder)
@@ -204,7 +204,7 @@ def test_a_model_saved_with_a_former_kind_loads_as_tra_and_computes_what_it_did(
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[f"{kind}/grad/{name}"], atol=1e-5, rtol=1e-5, msg=name)
     again = ModelConfig.from_dict(json.loads(config.to_json()))
-    assert again == config and config.to_dict()["version"] == VERSION == 9
+    assert again == config and config.to_dict()["version"] == VERSION == 10
 
 
 def test_a_hugging_face_folder_of_a_former_kind_loads_both_ways(tmp_path):

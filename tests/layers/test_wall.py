@@ -182,6 +182,33 @@ def test_the_layer_equals_the_authors_layer(extras):
     torch.testing.assert_close(layer(x), expected, atol=1e-13, rtol=0)
 
 
+def test_gate_max_is_the_authors_soft_clamp_of_the_log_gates():
+    """The authors' release applies g_max * expm1(g / g_max) to each token's per-channel log gate (g_max 0.86):
+    the layer with gate_max equals the authors' layer fed the clamped gates, and the model passes the KV-cache
+    equality with it."""
+    torch.manual_seed(0)
+    layer = WallAttention(d_model=16, n_heads=2, gate_max=0.86).double()
+    with torch.no_grad():
+        layer.gate_proj.bias.normal_(0.0, 2.0)
+    x = torch.randn(2, 11, 16, dtype=torch.float64)
+    d = layer.head_dim
+    q, k, v = (t.unflatten(-1, (-1, d)) for t in (layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)))
+    g = F.logsigmoid(layer.gate_proj(x))
+    g = (0.86 * torch.expm1(g / 0.86)).unflatten(-1, (-1, d))
+    assert g.min() > -0.86
+    expected = layer.o_proj(naive_wall_attn(q, k, v, g, scale=d**-0.5).flatten(-2))
+    torch.testing.assert_close(layer(x), expected, atol=1e-13, rtol=0)
+    model = TransformerLM(ModelConfig(vocab_size=13, d_model=16, n_layers=2, n_heads=2, attention="wall",
+                                      attention_options={"gate_max": 0.86})).double().eval()  # fmt: skip
+    ids = torch.randint(0, 13, (2, 9))
+    full = model(ids)
+    cache = model.new_cache()
+    steps = torch.cat(
+        [model(ids[:, :5], cache=cache)] + [model(ids[:, i : i + 1], cache=cache) for i in range(5, 9)], 1
+    )
+    torch.testing.assert_close(steps, full, atol=1e-10, rtol=0)
+
+
 def test_the_gate_biases_start_at_the_authors_value():
     layer = WallAttention(d_model=16, n_heads=2, scalar_gate=True, sink=True, sink_init=-1.0)
     assert torch.all(layer.gate_proj.bias == 8.0) and torch.all(layer.scalar_gate_proj.bias == 8.0)
@@ -321,6 +348,7 @@ def test_the_layer_options_and_bad_input():
         "sink": False,
         "sink_init": 0.0,
         "window": 0,
+        "gate_max": 0.0,
         "impl": "auto",
     }
     assert WallAttention.materializes(WallOptions(impl="naive")) and not WallAttention.materializes(WallOptions())

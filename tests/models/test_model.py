@@ -163,7 +163,7 @@ def test_version_2_model_configs_load_without_a_temperature():
     data = {k: v for k, v in tiny_config("tra").to_dict().items() if k != "attention_options"}
     data = {**data, "version": 2, "tra_threshold": 0.0, "tra_impl": "auto", "gate_bias_init": 0.0}
     with pytest.raises(OldVersion, match=r"ModelConfig version 2, written by an earlier version of tra; expected "
-                       r"version 9: convert it with `tra upgrade PATH`"):  # fmt: skip
+                       r"version 10: convert it with `tra upgrade PATH`"):  # fmt: skip
         ModelConfig.from_dict(data)
     upgraded = ModelConfig.from_dict(upgrade_model_config(data))
     assert upgraded.attention_options.learned_temperature is False and upgraded == tiny_config("tra")

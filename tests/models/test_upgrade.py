@@ -597,3 +597,37 @@ def test_a_hugging_face_folder_of_version_8_is_converted_to_what_it_computed(tmp
         read_config(folder)
     assert upgrade(folder) == [folder / "config.json"]
     assert read_config(folder)[0].attention_options.head_norm is False
+
+
+VERSION_10_OPTIONS = {"alibi": "self_offset", "wall": "gate_max", "path": "w_conv_init_std"}
+
+
+@pytest.mark.parametrize("kind", sorted(VERSION_10_OPTIONS))
+def test_a_version_9_config_gains_the_options_of_version_10_at_the_defaults_that_compute_what_it_did(kind, tmp_path):
+    """A run record, and a Hugging Face folder, written before the option existed: converted to its default, which
+    computes what version 9 did, so the run keeps its identity."""
+    from tra_attn.hf import TRAConfig
+
+    name = VERSION_10_OPTIONS[kind]
+    current = ModelConfig(attention=kind, n_heads=2, d_model=16, vocab_size=8)
+    old = current.to_dict()
+    old = {**old, "version": 9, "attention_options": {k: v for k, v in old["attention_options"].items() if k != name}}
+    with pytest.raises(ValueError, match=r"version 9, written by an earlier version of tra; expected version 10"):
+        ModelConfig.from_dict(old)
+    assert upgrade_model_config(old) == current.to_dict()
+    train = TrainConfig(model=current, task="flipflop", steps=10)
+    record = Record(run_id(train), {**train.to_dict(), "model": old}, "abc1234", [])
+    evidence = tmp_path / "runs"
+    evidence.mkdir()
+    (evidence / f"{record.run}.json").write_text(record.to_text())
+    assert upgrade(evidence) == [evidence / f"{record.run}.json"]
+    assert read_record(evidence / f"{record.run}.json").config["model"] == current.to_dict()
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    data = TRAConfig.from_model_config(current).to_dict()
+    data["attention_options"] = {k: v for k, v in data["attention_options"].items() if k != name}
+    (folder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"missing options \['{name}'\]"):
+        read_config(folder)
+    assert upgrade(folder) == [folder / "config.json"]
+    assert read_config(folder)[0] == current

@@ -13,7 +13,8 @@ of its own; commit e8c64749d8cad7772dc7ade75b32ef9b2b29b466), the distances: wit
 random subset d_1 < ... < d_{S-1} of [1, N) replaces the distances 1, ..., S - 1 (d_0 = 0), a fresh draw in each
 layer, and the bias is -m_h d_{i-j}, still a function of i - j (ops/alibi.py, ops/positions.py). Without it
 (the former behaviour), the bias is -m_h (p_i - p_j) with p the model's random positions in [0, N), one draw for
-every layer.
+every layer. Each row of a batch draws its own distances; theirs draw one table for the whole batch (its bias has no
+batch axis). ``self_offset`` 0.5 adds what their code adds to every earlier key (ops/alibi.py).
 """
 
 from __future__ import annotations
@@ -23,12 +24,25 @@ from dataclasses import dataclass
 from ..ops.alibi import alibi_attention, alibi_slopes
 from ..ops.positions import random_distances, random_positions
 from .base import Attention
-from .options import RandomPositionsOptions, option, random_positions_at_eval_option, random_positions_option
+from .options import (
+    RandomPositionsOptions,
+    non_negative,
+    option,
+    random_positions_at_eval_option,
+    random_positions_option,
+)
 
 
 @dataclass(frozen=True)
 class ALiBiOptions(RandomPositionsOptions):
     prefix = "alibi"
+    self_offset: float = option(
+        0.0,
+        "taken from the distance of every earlier key: -m (d - self_offset) (the randomized-ALiBi authors' code: "
+        "0.5, in plain ALiBi too; under a causal mask a penalty of self_offset m on the query's own key); 0: the "
+        "ALiBi paper's",
+        non_negative,
+    )
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
     random_distances: bool = option(
@@ -62,4 +76,7 @@ class ALiBiAttention(Attention):
         k, v, _ = self.with_cache(cache, k, v)
         slopes, dropout = self.slopes, self.logit_dropout()
         drawn = {"distances" if self.options.random_distances else "positions": positions}
-        return alibi_attention(q, k, v, slopes, logit_dropout=dropout, segment_ids=segment_ids, **drawn)
+        return alibi_attention(
+            q, k, v, slopes, logit_dropout=dropout, segment_ids=segment_ids, self_offset=self.options.self_offset,
+            **drawn,
+        )  # fmt: skip

@@ -12,7 +12,9 @@ causal depthwise convolution with SiLU (width 3, no bias, ``w_conv_size``; 0: no
 forget gate (``forget_gate``: what ``path_fox`` turns on) a projection with bias per head, scaled by 1/sqrt(D) with
 the logits, as their kernels do. No other positional encoding. Not ported: their optional per-head q/k RMSNorm
 (``use_qk_norm``, which their model never sets) and grouped key heads; W_o has a bias as in every kind here. The
-convolution keeps PyTorch's default initialisation (the model's sets linear layers only; the authors' N(0, 0.02)).
+convolution keeps PyTorch's default initialisation unless ``w_conv_init_std`` is set: the authors' model draws it
+from N(0, 0.02) as its linear layers (fla ``fla/models/path_attn/modeling_path_attention.py``, ``_init_weights``,
+``initializer_range`` 0.02), about 17 times smaller than PyTorch's default.
 
 The KV cache stores the keys carried through every transform so far (their ``prepare_k_cache``; decoding applies the
 new token's transform to them, a rank-one update in place), the values, the log forget gates and w's inputs before
@@ -31,7 +33,7 @@ from torch import nn
 from ..ops.masks import compute_dtype
 from ..ops.path import document_short_conv, path_attention
 from .base import Attention
-from .options import KindOptions, non_negative_int, option
+from .options import KindOptions, non_negative, non_negative_int, option
 
 FORGET_GATE_HELP = (
     "a FoX forget gate: scale * sum_{l=j+1..i} log f_l, f_l = sigmoid(x_l . a_h + b_h), added to the logits "
@@ -52,6 +54,12 @@ class PaTHOptions(KindOptions):
         3,
         "width of the causal short convolution (depthwise, SiLU) on w within each document; 0: none",
         non_negative_int,
+    )
+    w_conv_init_std: float = option(
+        0.0,
+        "initial weights of the short convolution drawn from N(0, std^2) (the authors' model: 0.02); 0: PyTorch's "
+        "default (kaiming-uniform, std about 0.33 at width 3)",
+        non_negative,
     )
 
 
@@ -79,7 +87,11 @@ class PaTHAttention(Attention):
         self.fgate_proj = nn.Linear(d_model, n_heads, bias=True) if o.forget_gate else None
 
     def post_init(self):
-        if self.w_conv is not None:  # the generic initialisation sets linear layers only
+        if self.w_conv is None:
+            return
+        if self.options.w_conv_init_std:  # the authors' _init_weights: nn.Conv1d as nn.Linear, N(0, 0.02)
+            nn.init.normal_(self.w_conv.weight, std=self.options.w_conv_init_std)
+        else:  # the generic initialisation sets linear layers only
             self.w_conv.reset_parameters()
 
     def transform_vectors(self, w_inputs: torch.Tensor, sq: int, segment_ids=None) -> torch.Tensor:

@@ -11,7 +11,11 @@ fla-org/flash-linear-attention, ``fla/layers/wall_attn.py`` at commit bc3b101dcb
 (logsigmoid(8) ~ -3e-4: near-plain attention at initialisation), and the options are theirs with their defaults:
 a FoX-style scalar forget gate per head (``scalar_gate``, c = cumsum(logsigmoid(w_h . x + b)), off), a sliding
 window (``window``, off) and, from their op, a learned sink logit per head (``sink``, off; their layer passes
-none). Their ``qk_norm`` and output gate are not options here. The cache stores P (and c) of every key;
+none). ``gate_max`` is the soft clamp g -> g_max expm1(g / g_max) of the per-channel log gates that a newer release of
+the authors' own code applies once per token (g_max 0.86: each token keeps at least e^-0.86 of every channel, a bound
+their kernel's exponents need; read in bicycleman15/wall-attention-release, a fork of tilde-research's release,
+``wall_attn/gates.py`` at f3b8ee96); off by default, as in fla's layer, since the chunked op here needs no such
+bound. Their ``qk_norm`` and output gate are not options here. The cache stores P (and c) of every key;
 packed and padded batches zero the gates of padding and of each document's first token (ops/wall.py).
 """
 
@@ -27,7 +31,7 @@ from ..ops.logit_dropout import IMPLS
 from ..ops.masks import compute_dtype
 from ..ops.wall import cumulative_decay, wall_attention
 from .base import Attention
-from .options import KindOptions, non_negative_int, one_of, option
+from .options import KindOptions, non_negative, non_negative_int, one_of, option
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,12 @@ class WallOptions(KindOptions):
     sink: bool = option(False, "a learned sink logit per head in the softmax denominator (the authors' sink_bias)")
     sink_init: float = option(0.0, "initial value of the sink logits (with sink)")
     window: int = option(0, "sliding window: key j is visible to query i iff i - j < window; 0: none", non_negative_int)
+    gate_max: float = option(
+        0.0,
+        "soft clamp of the log decay gates to (-gate_max, 0]: gate_max * expm1(g / gate_max) (the authors' newer "
+        "release: 0.86); 0: none, as fla's layer",
+        non_negative,
+    )
     impl: str = option(
         "auto", "op implementation: auto (chunked), naive (materialised), chunked (blocks of rows)", one_of(*IMPLS)
     )
@@ -70,7 +80,10 @@ class WallAttention(Attention):
     def attend(self, x, q, k, v, cache, segment_ids=None):
         cdt = compute_dtype(x.dtype)  # the authors take the gates in fp32
         past = cache.extras if cache is not None and cache.length else {}
-        log_gate = self.split_heads(F.logsigmoid(self.gate_proj(x).to(cdt)))  # (B, H, S, D)
+        log_gate = F.logsigmoid(self.gate_proj(x).to(cdt))
+        if self.options.gate_max:  # slope 1 at 0, so near-plain attention at initialisation stays so
+            log_gate = self.options.gate_max * torch.expm1(log_gate / self.options.gate_max)
+        log_gate = self.split_heads(log_gate)  # (B, H, S, D)
         last = past["log_decay"][..., -1] if past else None
         # the cache's extras grow along their last axis: P is kept as (B, H, D, S)
         extras = {"log_decay": cumulative_decay(log_gate, segment_ids, last).transpose(-1, -2)}

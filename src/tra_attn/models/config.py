@@ -16,7 +16,7 @@ from ..layers import KindOptions, attention_kind, check_model_config
 from ..utils.checks import boolean, check_declared, in_range, one_of, option, positive, positive_int
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
-VERSION = 9
+VERSION = 10
 
 # Until ModelConfig version 8 the TRA ablations were kinds of their own; they are options of "tra" now (a config
 # naming one is converted by `tra upgrade`, tra_attn/upgrade/configs.py).

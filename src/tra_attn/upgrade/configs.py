@@ -123,10 +123,12 @@ def _flat_to_options(data: dict) -> dict:
     return {**data, "attention_options": {**{k: v for k, v in flat.items() if k in declared}, **given}}
 
 
-def _options_to_current(data: dict) -> dict:
-    """A version 6 to 8 model config's options as today's: the options a kind gained later at the values that
-    compute what the earlier version computed (their defaults, or for a kind whose name now means its authors'
-    configuration, ``former_options``), and a former TRA ablation kind as TRA with its option."""
+def _options_to_current(data: dict, version: int) -> dict:
+    """A version 6 to 9 model config's options as today's: the options a kind gained later at the values that
+    compute what the earlier version computed (their defaults, or for a kind whose name means its authors'
+    configuration from version 9 on, ``former_options`` of a version 8 or earlier), and a former TRA ablation kind
+    as TRA with its option. (Version 10 added options whose defaults compute what version 9 did: ALiBi's
+    self_offset, PaTH's w_conv_init_std, Wall's gate_max.)"""
     options, kind = data.get("attention_options", {}), data.get("attention", "tra")
     former = kind in LEGACY_TRA_KINDS
     if former:
@@ -136,7 +138,8 @@ def _options_to_current(data: dict) -> dict:
     if former:
         options = {**options, **LEGACY_TRA_KINDS[data["attention"]]}
     if kind in ATTENTION_KINDS:
-        options = {**ATTENTION_KINDS[kind].options().to_dict(), **former_options(kind, options), **options}
+        meant = former_options(kind, options) if version < 9 else {}
+        options = {**ATTENTION_KINDS[kind].options().to_dict(), **meant, **options}
     return {**data, "attention": kind, "attention_options": options}
 
 
@@ -148,7 +151,7 @@ def upgrade_model_config(data: dict) -> dict:
     if version <= 6:
         data = _flat_to_options(data)
     if version < MODEL_VERSION:
-        data = _options_to_current(data)
+        data = _options_to_current(data, version)
     return {**data, "version": MODEL_VERSION}
 
 
