@@ -152,7 +152,7 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/old_model.json"],
         r"--config {tmp}/old_model\.json: ModelConfig version 7, written by an earlier version of tra; expected "
-        r"version 9: convert it with `tra upgrade",
+        r"version 10: convert it with `tra upgrade",
     ),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],

@@ -84,7 +84,7 @@ def test_a_bad_training_state_is_refused_safely(run, write, pattern):
         ("model.safetensors", b"\x00" * 10, r"model\.safetensors is corrupt"),
         ("config.json", b"\xff\xfe\x00", r"config\.json is not a valid config"),
         ("config.json", b"[1, 2]", r"ModelConfig: got list; expected a JSON object"),
-        ("config.json", b'{"version": 9, "d_model": 16}', r"ModelConfig: missing fields"),
+        ("config.json", b'{"version": 10, "d_model": 16}', r"ModelConfig: missing fields"),
         ("config.json", b'{"d_model": 16}', r"config\.json: ModelConfig version 1, written by an earlier version"),
     ],
 )
