@@ -139,13 +139,13 @@ def test_a_partial_page_shows_whole_methods_and_says_what_is_missing(question, c
     evidence.path(dropped.run).unlink()
     shutil.move(question.parent.parent / "store", question.parent.parent / "elsewhere")
     code, out, _ = tra_run(question, capsys, "--plan")
-    assert code == 0 and out.splitlines()[1:] == [f"  NoPE lr=0.003 seed=0 ({dropped.run})"]
+    assert code == 0 and out.splitlines()[1:] == [f"  NoPE lr=0.003 seed=0 on flipflop ({dropped.run})"]
     code, _, err = tra_run(question, capsys, "--no-train")
     assert code == 2 and "1 run(s) are in neither the evidence nor the store" in err
     assert (question / "README.md").read_text() == whole  # refused without --partial: the whole page stays
     code, out, _ = tra_run(question, capsys, "--no-train", "--partial")
     page = (question / "README.md").read_text()
-    assert code == 0 and "(partial: 1 run(s) missing)" in out
+    assert code == 0 and "(partial: 4 of 6 runs)" in out
     assert "Status: current; partial: 4 of 6 runs" in page
     assert "| flipflop | NoPE | 1 of 3 | 2 |" in page and "\n| TRA |" in page and "\n| NoPE |" not in page
     index = (question.parent / "README.md").read_text()

@@ -66,7 +66,7 @@ def current_questions() -> list[Question]:
 
 def test_the_presets_validated_rates_are_the_ones_their_questions_select(tmp_path):
     """A preset's rate for a method is the selection of a current question that sweeps that method under the
-    preset's own budget; every validated rate has one."""
+    preset's own budget; every validated rate has one. (A method of a partial page has selected nothing yet.)"""
     source = Source(Evidence(EVIDENCE), RunStore(tmp_path), train=False)
     selected: dict[tuple[str, str, str], set[float]] = {}
     for question in current_questions():
@@ -75,10 +75,9 @@ def test_the_presets_validated_rates_are_the_ones_their_questions_select(tmp_pat
         for task in question.tasks:
             results = gather(question, task, source)
             for method in question.methods:
-                if len(results.grids[method.label]) > 1:
+                if len(results.grids[method.label]) > 1 and method.label not in results.lacking:
                     key = (task, question.preset, method.signature)
                     selected.setdefault(key, set()).add(results.selected[method.label])
-    assert source.missing == []
     for task, experiment in experiments().items():
         for preset_name, preset in experiment.presets.items():
             for method, rate in preset.lrs.items():

@@ -80,3 +80,22 @@ def test_a_stopped_worker_leaves_its_run_to_the_next_and_two_workers_on_one_run_
     steps = train_steps(store.directory(run.id))
     assert steps == sorted(set(steps)) and steps[-1] == 1500  # resumed where the first stopped, not restarted
     assert Evidence(evidence).get(run.id).config == store.get(run.id).config
+
+
+def test_a_worker_that_fails_names_its_run_and_the_error_in_one_line(question, capsys):
+    """A store folder holding another run's config: the worker's error comes back to the command, by run, and the
+    runs beside it still finish."""
+    from tra_attn.experiments.store import RunStore
+
+    store = RunStore(question.parent.parent / "store")
+    runs, _ = workers.plan(question / "spec.py", store, question.parent / "runs")
+    foreign = store.directory(runs[0].id)
+    foreign.mkdir(parents=True)
+    (foreign / "train_config.json").write_text(json.dumps(runs[1].config.to_dict()))
+    code, _, err = tra_run(question, capsys, "--jobs", "2")
+    assert code == 2 and err.count("\n") == 1
+    assert (
+        f"tra: error: {runs[0].describe()} ({runs[0].id}): ValueError: {foreign} holds a run of another config" in err
+    )
+    assert err.rstrip().endswith("run the same command again to continue")
+    assert len(Evidence(question.parent / "runs").runs()) == 3  # the sweep's other runs

@@ -69,13 +69,13 @@ def cmd_run(args) -> None:
         if args.plan:
             page = build_page(spec, store, args.evidence, train=False, plots=False, device=args.device)
             print(f"{page.path.parent}: {len(page.missing)} run(s) to train" + "".join(
-                f"\n  {run.describe()} ({run.id})" for run in page.missing))  # fmt: skip
+                f"\n  {run.describe()} on {run.experiment.task} ({run.id})" for run in page.missing))  # fmt: skip
             continue
         page = run_spec(
             spec, store=store, evidence=args.evidence, train=not args.no_train, progress=not args.no_progress,
             plots=not args.no_plots, device=args.device, partial=args.partial,
         )  # fmt: skip
-        partial = f" (partial: {len(page.missing)} run(s) missing)" if page.missing else ""
+        partial = f" (partial: {page.partial})" if page.partial else ""
         print(f"wrote {page.path}{partial}")
 
 

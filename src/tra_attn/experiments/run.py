@@ -41,6 +41,7 @@ class Page:
     text: str
     missing: list
     runs: set[str]
+    partial: str = ""  # a partial page's count: "4 of 350 runs"
 
 
 def default_evidence(folder: Path) -> Path:
@@ -110,11 +111,11 @@ def retrained_lines(source: Source, inspected: bool = False) -> list[str]:
     return [*lines, ""]
 
 
-def partial_status(status: str, results: list[Results]) -> str:
-    """The status line of a partial page: ``current; partial: 37 of 560 runs``."""
+def partial_count(results: list[Results]) -> str:
+    """How many of a question's runs are in: ``37 of 560 runs``."""
     needed = sum(sum(result.needed.values()) for result in results)
     lacking = sum(sum(result.lacking.values()) for result in results)
-    return f"{status}; partial: {needed - lacking} of {needed} runs"
+    return f"{needed - lacking} of {needed} runs"
 
 
 def partial_lines(results: list[Results], command: str) -> list[str]:
@@ -168,14 +169,15 @@ def page_of(
     lists them), or with ``partial`` a question's page of the methods whose runs are all in, that says at its
     top how many runs it shows and which methods wait for the rest."""
     page = folder / PAGE_NAME
-    status, progress = STATUS[spec.status], []
+    status, progress, count = STATUS[spec.status], [], ""
     if isinstance(spec, Question):
         check_question(spec)
         results = [gather(spec, task, source, device) for task in spec.tasks]
         if source.missing and not partial:
             return Page(page, "", source.missing, source.seen)
         if source.missing:
-            status, progress = partial_status(status, results), partial_lines(results, command)
+            count, progress = partial_count(results), partial_lines(results, command)
+            status = f"{status}; partial: {count}"
             results = [result.whole() for result in results]
         commits = {r["commit"] for result in results for r in result.rows + result.sweep}
         body = progress + question_lines(spec, results, folder, page, plots)
@@ -210,13 +212,13 @@ def page_of(
     notes = folder / NOTES_NAME
     if notes.is_file():
         lines += [*discussion_lines(notes.read_text()), ""]
-    return Page(page, "\n".join(lines), source.missing, source.seen)
+    return Page(page, "\n".join(lines), source.missing, source.seen, count)
 
 
 def run_spec(path, write: bool = True, **options) -> Page:
     """``build_page``, write the page and the index of the results folder it is in (``results_index``); a
-    ``Missing`` error (nothing written) if runs are missing and the page
-    cannot be partial (``partial`` off, or a spec other than a question)."""
+    ``Missing`` error (nothing written) if runs are missing and the page cannot be partial (``partial`` off, or a
+    spec other than a question)."""
     page = build_page(path, **options)
     if page.missing and not page.text:
         raise Missing(page.missing, more=True)

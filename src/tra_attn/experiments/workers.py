@@ -12,6 +12,7 @@ afterwards, by the process that asked, from the records alone.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import multiprocessing
 import tempfile
 from dataclasses import dataclass
@@ -61,10 +62,13 @@ def train_job(job: Job) -> str:
     if run is None:
         return job.run
     source = Source(Evidence(job.evidence), store, train=True, progress=False)
-    if run.id in checkpoints:
-        source.checkpoint(run)
-    else:
-        source.record(run)
+    try:
+        if run.id in checkpoints:
+            source.checkpoint(run)
+        else:
+            source.record(run)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: training saved a checkpoint; a plain error travels back
+        raise RuntimeError(f"stopped ({err}); its checkpoint stays in the store") from None
     return job.run
 
 
@@ -93,8 +97,8 @@ def check_executor(kind: str, options: dict) -> None:
                          "slurm or submitit-local with them")  # fmt: skip
 
 
-class WorkerFailed(RuntimeError):
-    """Runs whose worker raised: each named with its error."""
+class WorkerFailed(ValueError):
+    """Runs whose worker raised or died: each named with its error (``tra`` prints it as one line)."""
 
 
 def train_missing(
@@ -119,7 +123,8 @@ def train_missing(
         failed = _run_wave(wave, jobs, executor, store.root / ".submitit", options, log)
         trained |= {job.run for job in wave}
         if failed:
-            raise WorkerFailed("; ".join(f"{job.describe} ({job.run}): {err}" for job, err in failed))
+            named = "; ".join(f"{job.describe} ({job.run}): {err}" for job, err in failed)
+            raise WorkerFailed(f"{named}; the other runs of the wave finished: run the same command again to continue")
 
 
 def _run_wave(wave: list[Job], jobs: int, executor: str, logs: Path, options: dict, log) -> list[tuple[Job, str]]:
@@ -134,6 +139,8 @@ def _run_wave(wave: list[Job], jobs: int, executor: str, logs: Path, options: di
                 try:
                     future.result()
                     log(f"done: {job.describe} ({job.run})", flush=True)
+                except concurrent.futures.process.BrokenProcessPool:
+                    failed.append((job, "a worker process died before the run ended (killed, or out of memory)"))
                 except Exception as err:  # the worker's own error, re-raised here
                     failed.append((job, f"{type(err).__name__}: {err}"))
         return failed

@@ -189,6 +189,8 @@ def asentmax_summary(all_results, folder: Path, page: Path, plots: bool = True) 
     each method holds 0.9, and the grid as one figure (a panel per task)."""
     legend = Legend(all_results[0].question.methods)
     with_rows = [r for r in all_results if r.rows]
+    if not with_rows:  # a partial page without a whole method yet: its first section says what is missing
+        return []
     methods = legend.order({row["method"] for r in with_rows for row in r.rows})
     tasks = [r.experiment.task.removeprefix("asentmax_") for r in with_rows]
     cells = {r.experiment.task: summary_cells(r.rows, methods) for r in with_rows}
