@@ -42,18 +42,26 @@ def _block_style(value) -> str | None:
     return None if value in ("prenorm", "paper") else "'prenorm' or 'paper'"
 
 
-def _check_every_option(data: dict, where) -> None:
-    """A ValueError naming the options of the kind that a saved config's ``attention_options`` lacks: a saved
-    config holds every option, and one that lost a field would otherwise load as the default's model."""
+def missing_options(data: dict) -> list[str]:
+    """The options of its kind that a saved model config's ``attention_options`` lacks (none for what is not a dict
+    of a known kind: the config refuses that by name when it is built)."""
     options, kind = data.get("attention_options"), data.get("attention")
     if not isinstance(options, dict) or not isinstance(kind, str) or kind in LEGACY_TRA_KINDS:
-        return  # what is not a dict of a known kind is refused by name when the config is built
+        return []
     try:
         names = attention_kind(kind).options.names()
     except ValueError:
-        return
-    missing = [name for name in names if name not in options]
+        return []
+    return [name for name in names if name not in options]
+
+
+def _check_every_option(data: dict, where) -> None:
+    """A ValueError naming the options of the kind that a saved config's ``attention_options`` lacks: a saved
+    config holds every option, and one that lost a field would otherwise load as the default's model."""
+    missing = missing_options(data)
     if missing:
+        kind = data["attention"]
+        names = attention_kind(kind).options.names()
         at = f"{where}: " if where else ""
         raise ValueError(
             f"{at}ModelConfig.attention_options: missing options {missing} of attention = {kind!r}; expected every "

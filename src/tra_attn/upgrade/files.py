@@ -28,8 +28,7 @@ from pathlib import Path
 
 from ..experiments.identity import run_id
 from ..experiments.store import RECORD_NAME, Evidence, Record
-from ..layers import ATTENTION_KINDS
-from ..models.config import LEGACY_TRA_KINDS, ModelConfig
+from ..models.config import LEGACY_TRA_KINDS, ModelConfig, missing_options
 from ..models.config import VERSION as MODEL_VERSION
 from ..models.io import CONVERTED_BASE_FIELD, CONVERTED_MODEL_TYPE, HF_MODEL_TYPE
 from ..training.config import TrainConfig
@@ -57,7 +56,7 @@ def hf_model_config(data: dict) -> dict:
         current = upgrade_model_config(model)  # no version: read as 0.1's, every later field kept as it is
     elif _before_version_9(data):
         current = upgrade_model_config({**model, "version": 8})
-    elif _lacks_options(data):  # written by version 9: the options version 10 added, at their defaults
+    elif missing_options(data):  # written by version 9: the options version 10 added, at their defaults
         current = upgrade_model_config({**model, "version": 9})
     else:
         return data
@@ -72,14 +71,6 @@ def _before_version_9(data: dict) -> bool:
     if not isinstance(options, dict) or not isinstance(kind, str):
         return False
     return any(name not in options for name in former_options(kind, options))
-
-
-def _lacks_options(data: dict) -> bool:
-    """Whether a Hugging Face config's options lack one that its kind declares (one added since it was saved)."""
-    options, kind = data.get("attention_options"), data.get("attention")
-    if not isinstance(options, dict) or kind not in ATTENTION_KINDS:
-        return False
-    return any(name not in options for name in ATTENTION_KINDS[kind].options.names())
 
 
 # The config keys of add_attention's kinds (``hf/attach.py``: CONVERTED, a test holds them equal), named here
