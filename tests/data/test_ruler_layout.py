@@ -105,14 +105,12 @@ def test_metrics_report_exact_match_and_rulers_fraction_of_references_found():
     batch = task.sample(2, 120, seed=0)
     start = 120 - 28
     wrong = [(0, start + 7 + 3), (0, start + 7 + 5), (0, start + 21)]  # row 0: two digits of value 2, one of 4
-    metrics = task.metrics(Oracle(batch.tokens, wrong, task.vocab_size), batch.tokens, batch.loss_mask)
+    metrics = task.metrics(Oracle(batch.tokens, wrong, task.vocab_size), batch)
     assert metrics["full_seq_acc"] == 0.5 and metrics["token_acc"] == 1 - 3 / 56
     assert metrics["item_acc"] == (2 / 4 + 1) / 2  # RULER's string_match_all: row 0 found 2 of its 4 values
     words = make_task("ruler_frequent_words")
     batch = words.sample(4, 100, seed=0)
-    metrics = words.metrics(
-        Oracle(batch.tokens, [(1, 98), (2, 97), (2, 99)], words.vocab_size), batch.tokens, batch.loss_mask
-    )
+    metrics = words.metrics(Oracle(batch.tokens, [(1, 98), (2, 97), (2, 99)], words.vocab_size), batch)
     assert metrics["item_acc"] == (1 + 2 / 3 + 1 / 3 + 1) / 4 and metrics["full_seq_acc"] == 0.5
 
 

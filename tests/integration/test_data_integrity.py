@@ -278,7 +278,7 @@ WRONG_ANSWER = {
     "asentmax_reverse": lambda task, t: task.specials.pad,
     "asentmax_sort": lambda task, t: task.specials.pad,
     "asentmax_nback": lambda task, t: task.label0 + (t - task.label0 + 1) % task.num_symbols,  # a label
-    "asentmax_local_count": lambda task, t: task.label0 + (t - task.label0 + 1) % task.max_reps,  # the count
+    "asentmax_local_count": lambda task, t: task.specials.pad,  # the <eos> (at the last count) replaced
     "asentmax_mqmtar": lambda task, t: task.specials.pad,  # the <eos> (the last scored token) replaced
     "asentmax_flip_flop": lambda task, t: task.specials.pad,  # the <eos> replaced
     "ruler_niah_single": lambda task, t: (t + 1) % 10,  # a digit of the value (digits are ids 0-9)

@@ -129,7 +129,7 @@ def test_an_unreached_fit_accuracy_trains_to_the_cap(tmp_path):
 def test_reaching_fit_accuracy_exactly_counts(tmp_path):
     scores = iter([0.49, 0.5, 0.9])  # the validations' full-sequence accuracies, in order
 
-    def metrics(model, tokens, loss_mask):
+    def metrics(model, batch):
         return {"full_seq_acc": next(scores)}
 
     checkpoint = train(small(fit_accuracy=0.5), tmp_path, progress=False, metrics_fn=metrics)
@@ -138,7 +138,7 @@ def test_reaching_fit_accuracy_exactly_counts(tmp_path):
 
 
 def test_validation_without_full_seq_acc_is_refused_at_the_first_validation(tmp_path):
-    def metrics(model, tokens, loss_mask):  # like the lm task's: no per-sequence score
+    def metrics(model, batch):  # like the lm task's: no per-sequence score
         return {"loss": 1.0}
 
     with pytest.raises(ValueError, match=r"TrainConfig\.fit_accuracy = 0\.5: .*no full_seq_acc"):

@@ -28,11 +28,30 @@ class TaskBatch:
     ``model_args``: per-token keyword arguments of the model's forward beside the ids, each (N, L) and
     aligned with ``tokens`` (e.g. ``segment_ids``, the document of each token of a packed window); a
     training step passes each at the input positions (the first L - 1), sliced with the rows it trains on.
+
+    ``targets``: (N, L) int64 for a task whose answers are not its inputs (a label per token, as token
+    classification): the prediction at position j is scored against ``targets[:, j + 1]`` where ``loss_mask``, as
+    it is against ``tokens[:, j + 1]`` without them. None: next-token prediction (``labels`` is the tokens).
     """
 
     tokens: torch.Tensor
     loss_mask: torch.Tensor
     model_args: dict[str, torch.Tensor] = field(default_factory=dict)
+    targets: torch.Tensor | None = None
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """(N, L): what the prediction at position j - 1 is scored against at j: the targets, or the tokens."""
+        return self.tokens if self.targets is None else self.targets
+
+    def to(self, device) -> TaskBatch:
+        """The same batch with every tensor on ``device``."""
+        return TaskBatch(
+            self.tokens.to(device),
+            self.loss_mask.to(device),
+            {name: value.to(device) for name, value in self.model_args.items()},
+            None if self.targets is None else self.targets.to(device),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,11 +101,12 @@ class Task:
         """Held-out sequences for validation during training; by default fresh samples from ``seed``."""
         return self.sample(num, length, seed)
 
-    def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-        """Evaluation metrics of ``model`` on a batch; by default accuracy over the scored tokens."""
+    def metrics(self, model, batch: TaskBatch) -> dict:
+        """Evaluation metrics of ``model`` on ``batch`` (on the model's device); by default accuracy over the
+        scored tokens."""
         from ..metrics import sequence_metrics
 
-        return sequence_metrics(model, tokens, loss_mask)
+        return sequence_metrics(model, batch.tokens, batch.loss_mask, targets=batch.targets)
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """The standard test sets for a model trained on ``train_length``-token sequences."""
@@ -134,6 +154,11 @@ class Task:
         """The names of the arguments in ``args`` that are file-system paths (none by default)."""
         return []
 
+    def batch_of(self, tokens: torch.Tensor) -> TaskBatch:
+        """``tokens`` (N, L), the task's sequences (read from text, say), as a batch: their loss mask, and their
+        targets where the task's answers are not its inputs (such a task overrides this)."""
+        return TaskBatch(tokens, self.loss_mask(tokens))
+
     def read_text(self, path: str | Path) -> list[TaskBatch]:
         """Sequences from a text file (one per line), grouped into one batch per sequence length."""
         path = Path(path)
@@ -157,7 +182,7 @@ class Task:
         batches = []
         for length in sorted(by_length):
             tokens = torch.stack(by_length[length])
-            batches.append(TaskBatch(tokens, self.loss_mask(tokens)))
+            batches.append(self.batch_of(tokens))
         return batches
 
 

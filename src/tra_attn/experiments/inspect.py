@@ -142,7 +142,7 @@ def inspect_runs(checkpoints, labels=None, factors=(1, 2, 8), data=None, sequenc
         model, config, _ = load(checkpoint)
         task = make_task(config.task, **config.task_args)
         for length, batch in batches(config, factors, data, sequences, seed):
-            accuracy = sequence_metrics(model, batch.tokens, batch.loss_mask)["full_seq_acc"]
+            accuracy = sequence_metrics(model, batch.tokens, batch.loss_mask, targets=batch.targets)["full_seq_acc"]
             stats, roles = inspect_model(model, task, batch)
             found.append(Inspected(label, length, accuracy, stats, roles))
     return found

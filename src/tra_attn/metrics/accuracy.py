@@ -36,12 +36,17 @@ def eval_batch_size(config: ModelConfig, length: int) -> int:
 
 @torch.no_grad()
 def sequence_metrics(
-    model: TransformerLM, tokens: torch.Tensor, loss_mask: torch.Tensor, items: torch.Tensor | None = None
+    model: TransformerLM,
+    tokens: torch.Tensor,
+    loss_mask: torch.Tensor,
+    items: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
 ) -> dict:
     """Full-sequence accuracy, per-token accuracy and mean loss over the scored tokens (next-token prediction).
 
     ``items`` (N, L) integers, optional: the answer item (0, 1, ...) each scored token belongs to (any value at the
-    other tokens); with it the metrics add ``item_acc``.
+    other tokens); with it the metrics add ``item_acc``. ``targets`` (N, L), optional: what the prediction at
+    position j is scored against at j + 1 in place of the next token (``TaskBatch.targets``).
     """
     n, length = tokens.shape
     batch = eval_batch_size(model.config, length)
@@ -50,7 +55,7 @@ def sequence_metrics(
     for i in range(0, n, batch):
         x, m = tokens[i : i + batch], loss_mask[i : i + batch, 1:]
         logits = model(x[:, :-1]).float()
-        target = x[:, 1:]
+        target = (x if targets is None else targets[i : i + batch])[:, 1:]
         correct = (logits.argmax(-1) == target) & m
         per_seq = m.sum(1)
         scored = per_seq > 0

@@ -76,6 +76,6 @@ def evaluate_checkpoint(
         check_scored(batch, f"--data {data}" if data is not None else f"the {task_name} {split} split")
     rows = []
     for split, batch, reported_length in tests:
-        metrics = the_task.metrics(model, batch.tokens.to(device), batch.loss_mask.to(device))
+        metrics = the_task.metrics(model, batch.to(device))
         rows += result_rows(metrics, split=split, length=reported_length, config=train_config, **common)
     return rows

@@ -67,7 +67,8 @@ def spread_batch(task: Task, num: int, length: int, seed: int, spread: float) ->
     """``num`` rows of ``length`` tokens (as wide as the task's own rows of ``length``), each packing documents of
     lengths in [(1 - spread) length, length]."""
     lengths = spread_lengths(task, length, spread)  # ``length`` itself is valid
-    extra = task.sample(1, length, seed).tokens.shape[1] - length  # text windows: one token more than the length
+    probe = task.sample(1, length, seed)  # a row of the task's own, for its width and whether it has targets
+    extra = probe.tokens.shape[1] - length  # text windows: one token more than the length
     gen = torch.Generator().manual_seed(seed)
     plan = [document_lengths(gen, length, lengths, extra) for _ in range(num)]
     # One sample call per distinct document length, its seed derived from the batch's: the same (seed, plan)
@@ -77,6 +78,7 @@ def spread_batch(task: Task, num: int, length: int, seed: int, spread: float) ->
     used = dict.fromkeys(docs, 0)
     width = length + extra
     tokens = torch.zeros(num, width, dtype=torch.long)
+    targets = None if probe.targets is None else torch.zeros(num, width, dtype=torch.long)
     mask = torch.zeros(num, width, dtype=torch.bool)
     segments = torch.full((num, width), PADDING, dtype=torch.int32)
     for r, row in enumerate(plan):
@@ -85,6 +87,8 @@ def spread_batch(task: Task, num: int, length: int, seed: int, spread: float) ->
             batch, i, end = docs[n], used[n], start + n + extra
             tokens[r, start:end] = batch.tokens[i]
             mask[r, start:end] = batch.loss_mask[i]
+            if targets is not None:
+                targets[r, start:end] = batch.targets[i]
             segments[r, start:end] = d
             used[n], start = i + 1, end
-    return TaskBatch(tokens, mask, {"segment_ids": segments})
+    return TaskBatch(tokens, mask, {"segment_ids": segments}, targets)

@@ -67,9 +67,9 @@ def training_batch(task: Task, config: TrainConfig, step: int) -> TaskBatch:
 
 
 def inputs_and_labels(batch: TaskBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next-token inputs (N, L-1) and labels (N, L-1), IGNORE_INDEX where a token is not scored."""
-    tokens = batch.tokens
-    return tokens[:, :-1], tokens[:, 1:].masked_fill(~batch.loss_mask[:, 1:], IGNORE_INDEX)
+    """Inputs (N, L-1) and labels (N, L-1): the next tokens (or the batch's targets), IGNORE_INDEX where nothing is
+    scored."""
+    return batch.tokens[:, :-1], batch.labels[:, 1:].masked_fill(~batch.loss_mask[:, 1:], IGNORE_INDEX)
 
 
 def model_arguments(batch: TaskBatch) -> dict[str, torch.Tensor]:

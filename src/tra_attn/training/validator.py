@@ -17,7 +17,7 @@ from .distributed import Processes
 
 VALIDATION_SEED = 1_000_000_007  # validation sequences never coincide with a training batch seed
 
-ValidationFn = Callable[[TransformerLM, torch.Tensor, torch.Tensor], dict]
+ValidationFn = Callable[[TransformerLM, TaskBatch], dict]  # metrics of a model on a batch on its device
 
 
 @torch.no_grad()
@@ -25,7 +25,7 @@ def validate(model: TransformerLM, config: TrainConfig, batch: TaskBatch, metric
     """``metrics_fn`` of the model in eval mode on ``batch`` (the model's mode is restored after)."""
     was_training = model.training
     model.eval()
-    metrics = metrics_fn(model, batch.tokens.to(config.device), batch.loss_mask.to(config.device))
+    metrics = metrics_fn(model, batch.to(config.device))
     model.train(was_training)
     return metrics
 

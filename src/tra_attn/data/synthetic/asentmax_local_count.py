@@ -9,26 +9,28 @@ TokenClassificationProcessor, input ``{bos_token} {text} {eos_token}``, labels `
 Their source is blocks of one token repeated 2..max_reps times (uniform), no two neighbouring blocks equal, the
 tokens uniform in 0..vocab_size-1; the label of a token is its 0-based index in its block (0, 1, 2, ...).
 
-What we change, and why. Their model labels every position. A language model predicts the next token, and a
-label placed after every token would show the next position the previous count, making the task a local rule
-(count = previous count + 1 or 0). So here a sequence asks for one count, at its end, where no label is
-visible: the source, then <sep> (their tokenizer's), then the label of the last source token (label ids above
-the tokenizer's, text ``y<count>``). This is their function of the prefix (a causal model's label at position j
-depends on the tokens up to j) evaluated at one position per sequence instead of all. The source has exactly n
-tokens: blocks of lengths uniform in 2..max_reps until n is filled, the last one cut where n ends, so the asked
-position is anywhere in its block. Theirs draws ``seq_len // ((max_reps + 2) / 2)`` whole blocks, so its length
-varies around seq_len. Their neighbouring blocks differ by redrawing equal neighbours until none are left; ours
-draw each block uniformly among the symbols other than the previous block's. Not in their code: the metric (no
-experiment config uses local_count) and the test range (the folder names none; we take the generator's default
-64..4096).
+Their model labels every position, and so does ours: the labels are targets the model never reads
+(``TaskBatch.targets``), so no position sees an earlier count. The row is their input ``<bos> source <eos>``; the
+prediction at source token j is scored against its count, as their classifier's at j is (``targets[:, j + 1]``
+holds it, the next-token convention of the library, with ids above the tokenizer's, text ``y<count>``). Every
+count is scored, and a sequence is right when all of them are.
 
-Grammar (ids: data 0..num_symbols-1, pad, bos, eos, mask, sep, then labels y0..y<max_reps-1>):
+What differs. Ours has exactly n source tokens: blocks of lengths uniform in 2..max_reps until n is filled, the last
+one cut where n ends. Theirs draws ``seq_len // ((max_reps + 2) / 2)`` whole blocks for the seq_len s it draws in
+64..128, so a training sample holds 4 to 240 tokens (mean 83; 33 to 139 in 90% of them) where ours hold 64 to 128,
+and a test sample at s varies around s (at s = 512, 401 to 600 in 90%). Their neighbouring blocks differ by
+redrawing equal neighbours until none are left; ours draw each block uniformly among the symbols other than the
+previous block's. Not in their code: the metric (no experiment config uses local_count) and the test range (the
+folder names none; we take the generator's default 64..4096).
 
-    sequence := <bos> block+ <sep> y<c>      exactly `length` = n + 3 tokens, n = the source tokens
+Grammar (ids: data 0..num_symbols-1, pad, bos, eos, mask, sep, then labels y0..y<max_reps-1>); the text form
+writes the counts after the sequence:
+
+    sequence := <bos> block+ <eos>    exactly `length` = n + 2 tokens, n = the source tokens
     block    := a token repeated r times, r uniform in 2..max_reps (the last block cut at n), neighbours differ
-    c        := the repeats of the last source token before it (0-based)
+    counts   := y<c> per source token, c its 0-based index in its block
 
-    <bos> 3 3 3 9 9 0 0 0 <sep> y2
+    <bos> 3 3 3 9 9 0 <eos> y0 y1 y2 y0 y1 y0
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def run_counts(source: torch.Tensor) -> torch.Tensor:
 @register_task
 @dataclass(frozen=True)
 class AsentmaxLocalCount(AuthorsTests, Task):
-    """ASEntmax local count: blocks of repeated tokens, then the 0-based count of the last token's repeats."""
+    """ASEntmax local count: blocks of repeated tokens, each token labelled with its 0-based index in its block."""
 
     num_symbols: int = field(
         default=16, metadata={"help": "source tokens 0..num_symbols-1 (the authors' --vocab_size)"}
@@ -96,16 +98,16 @@ class AsentmaxLocalCount(AuthorsTests, Task):
         return self.label0 + self.max_reps
 
     def length_of(self, seq_len: int) -> int:
-        return seq_len + 3
+        return seq_len + 2
 
     def seq_len_of(self, length: int) -> int:
-        return length - 3
+        return length - 2
 
     def check_length(self, length) -> int:
-        if not is_int(length) or length < 4:
+        if not is_int(length) or length < 3:
             raise ValueError(
-                f"{self.name}: length = {length!r}; expected n + 3 tokens (<bos>, n >= 1 source tokens, <sep>, the "
-                f"count): an integer >= 4, e.g. 131 for n = 128"
+                f"{self.name}: length = {length!r}; expected n + 2 tokens (<bos>, n >= 1 source tokens, <eos>): an "
+                f"integer >= 3, e.g. 130 for n = 128"
             )
         return length
 
@@ -122,42 +124,52 @@ class AsentmaxLocalCount(AuthorsTests, Task):
         symbols = symbols.cumsum(dim=1) % self.num_symbols
         ends = reps.cumsum(dim=1)
         block_of = torch.searchsorted(ends, torch.arange(n).expand(num, n).contiguous(), right=True)
-        source = symbols.gather(1, block_of)
-        count = run_counts(source)[:, -1:] if n else torch.zeros(num, 1, dtype=torch.long)
         column = torch.zeros(num, 1, dtype=torch.long)
-        tokens = torch.cat([column + sp.bos, source, column + sp.sep, count + self.label0], dim=1)
-        return TaskBatch(tokens, self.loss_mask(tokens))
+        tokens = torch.cat([column + sp.bos, symbols.gather(1, block_of), column + sp.eos], dim=1)
+        return self.batch_of(tokens)
+
+    def batch_of(self, tokens: torch.Tensor) -> TaskBatch:
+        """The sequences with their counts as targets: the count of the source token at j in ``targets[:, j + 1]``."""
+        targets = torch.full_like(tokens, self.specials.pad)
+        targets[:, 2:] = run_counts(tokens[:, 1:-1]) + self.label0
+        return TaskBatch(tokens, self.loss_mask(tokens), targets=targets)
 
     def encode_text(self, line: str) -> torch.Tensor:
-        """'<bos> 3 3 9 9 9 <sep> y2' -> token ids, validating the grammar and the count."""
+        """'<bos> 3 3 9 <eos> y0 y1 y0' -> the sequence's ids, validating the grammar and the counts."""
         sp = self.specials
         ids = encode_words(self.name, line, sp, self.num_symbols, self.max_reps, self.label0)
-        source = torch.tensor([ids[1:-2]])
-        shape = len(ids) >= 4 and ids[0] == sp.bos and ids[-2] == sp.sep and ids[-1] >= self.label0
+        end = ids.index(sp.eos) if sp.eos in ids else len(ids)
+        tokens, counts = ids[: end + 1], [i - self.label0 for i in ids[end + 1 :]]
+        source = torch.tensor([tokens[1:-1]])
+        shape = len(tokens) >= 3 and tokens[0] == sp.bos and tokens[-1] == sp.eos and min(counts, default=0) >= 0
         if not shape or not bool((source < self.num_symbols).all()):
-            raise malformed(self.name, line, "expected <bos>, source tokens, <sep> and the count y<k>")
+            raise malformed(self.name, line, "expected <bos>, source tokens, <eos> and a count y<k> per source token")
         runs = run_counts(source)[0]
         if int(runs.max()) >= self.max_reps:
             raise malformed(self.name, line, f"a block is longer than max_reps = {self.max_reps}")
-        if ids[-1] - self.label0 != int(runs[-1]):
+        if counts != runs.tolist():
             raise malformed(
-                self.name, line, f"the count is y{ids[-1] - self.label0}; expected y{int(runs[-1])}, the 0-based "
-                "repeats of the last source token"
+                self.name, line, f"the counts are {' '.join(f'y{c}' for c in counts)}; expected "
+                f"{' '.join(f'y{c}' for c in runs.tolist())}, each source token's 0-based index in its block"
             )  # fmt: skip
-        return torch.tensor(ids)
+        return torch.tensor(tokens)
 
     def decode_text(self, tokens: torch.Tensor) -> str:
-        return decode_words(tokens, self.specials, self.label0)
+        """The sequence, then the count of each source token."""
+        counts = " ".join(f"y{c}" for c in run_counts(tokens[None, 1:-1])[0].tolist())
+        return f"{decode_words(tokens, self.specials)} {counts}"
 
     def loss_mask(self, tokens: torch.Tensor) -> torch.Tensor:
-        """True at the count (every label)."""
-        return tokens >= self.label0
+        """True at every count: position j + 1 of each source token j (all but <bos> and the one after it)."""
+        mask = torch.zeros_like(tokens, dtype=torch.bool)
+        mask[:, 2:] = True
+        return mask
 
     def statistics(self, batch: TaskBatch) -> dict:
-        """Source tokens n, blocks per sequence, the mean block and the mean asked count."""
+        """Source tokens n, blocks per sequence, the mean block and the mean count."""
         tokens = batch.tokens
         num, length = tokens.shape
-        source = tokens[:, 1:-2]
+        source = tokens[:, 1:-1]
         starts = torch.ones_like(source, dtype=torch.bool)
         starts[:, 1:] = source[:, 1:] != source[:, :-1]
         blocks = starts.sum(1).double()
@@ -167,5 +179,5 @@ class AsentmaxLocalCount(AuthorsTests, Task):
             "seq_len": self.seq_len_of(length),
             "blocks_per_sequence": mean(blocks),
             "mean_block": (source.shape[1] / blocks).mean().item() if num else float("nan"),
-            "mean_count": mean(tokens[:, -1] - self.label0),
+            "mean_count": mean(run_counts(source)),
         }

@@ -156,11 +156,12 @@ class RulerTask(Task):
         they break the task's grammar."""
         raise NotImplementedError
 
-    def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    def metrics(self, model, batch: TaskBatch) -> dict:
         """Exact match (``full_seq_acc``), per-token accuracy, and ``item_acc``: RULER's string_match_all."""
         from ...metrics import sequence_metrics
 
-        return sequence_metrics(model, tokens, loss_mask, items=answer_items(tokens, self.item_width))
+        items = answer_items(batch.tokens, self.item_width)
+        return sequence_metrics(model, batch.tokens, batch.loss_mask, items=items)
 
     def loss_mask(self, tokens: torch.Tensor) -> torch.Tensor:
         return answer_mask(tokens)

@@ -156,10 +156,10 @@ class LanguageModelling(Task):
         """(vocab_size,) UTF-8 bytes per id, for bits per byte."""
         return _token_bytes(self.tokenizer)
 
-    def metrics(self, model, tokens: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    def metrics(self, model, batch: TaskBatch) -> dict:
         from ...metrics import lm_metrics
 
-        return lm_metrics(model, tokens, loss_mask, self.token_bytes())
+        return lm_metrics(model, batch.tokens, batch.loss_mask, self.token_bytes())
 
     def eval_splits(self, train_length: int, sequences: int) -> list[EvalSplit]:
         """The same leading ``sequences * train_length`` validation tokens (as far as the text has them) at
