@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from tra_attn import ATTENTION_KINDS, TransformerLM
 from tra_attn.cli import main
 from tra_attn.experiments.identity import run_id
+from tra_attn.experiments.methods import first_run_options
 from tra_attn.experiments.store import RECORD_NAME, Evidence, Record, read_record
 from tra_attn.models.config import VERSION as MODEL_VERSION
 from tra_attn.models.config import ModelConfig
@@ -352,7 +353,7 @@ def records(count: int = 6) -> list[Record]:
         flat = all(name in inverse or value == defaults[name] for name, value in model["attention_options"].items())
         plain = not record.retrained and len(record.tests) == 1 and config["length_spread"] == 0
         # A kind whose name changed its meaning in version 9 reads as its former configuration from older files.
-        plain = plain and not ATTENTION_KINDS[model["attention"]].options.before_version_9(model["attention_options"])
+        plain = plain and not first_run_options(model["attention"], model["attention_options"])
         what = (config["task"], model["attention"])
         if flat and plain and what not in seen:
             chosen.append(record)
@@ -490,7 +491,7 @@ def test_an_earlier_config_that_lost_a_field_or_holds_one_twice_is_refused_by_na
 
 
 # ModelConfig version 9: a rival's name means its authors' configuration; a config of version 8 or earlier gets the
-# option values that say what its kind computed then (each kind's before_version_9).
+# option values that say what its kind computed then (what this library first ran: first_run_options).
 FORMER_8 = {
     "stickbreaking": {"head_norm": False},
     "asentmax": {"nape": False},
@@ -502,8 +503,7 @@ FORMER_8 = {
 
 def as_version_8(config: dict) -> dict:
     """A current model config dict as version 8 wrote it: without the options version 9 added to say what it was."""
-    kind = ATTENTION_KINDS[config["attention"]].options
-    added = kind.before_version_9(config["attention_options"])
+    added = first_run_options(config["attention"], config["attention_options"])
     options = {k: v for k, v in config["attention_options"].items() if k not in added}
     return {**config, "version": 8, "attention_options": options}
 
@@ -532,7 +532,7 @@ def former_record(kind: str, random: bool = False) -> Record:
         record = read_record(path)
         model = record.config["model"]
         options = model["attention_options"]
-        first_run = ATTENTION_KINDS[model["attention"]].options.before_version_9(options).items() <= options.items()
+        first_run = first_run_options(model["attention"], options).items() <= options.items()
         if model["attention"] == kind and bool(options.get("random_positions")) == random and first_run:
             return record
     pytest.skip(f"no committed record of {kind} as first run in {RUNS}")

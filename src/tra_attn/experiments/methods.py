@@ -183,11 +183,32 @@ def randomized(kind: str, positions: int, at_eval: bool = False) -> Method:
     return Method(kind, options=options, label=label)
 
 
+# What this library first ran under each rival's name, until ModelConfig version 8, as values of the options the kind
+# gained in version 9, when its name came to mean its authors' configuration (kinds not named computed what they do).
+FIRST_RUN_OPTIONS = {
+    "stickbreaking": {"head_norm": False},  # the heads as they were: no head norm, no head bias
+    "t5": {"shared_table": False},  # a table per layer
+    "kerple": {"shared": False, "clamp": "straight_through"},  # a pair per layer, floored straight through
+    "ssmax": {"rope": False},  # no positional encoding
+    "asentmax": {"nape": False},  # every head NoPE and scaled
+}
+# Randomized positions, as first run: one draw for every layer (RoPE), random positions drawn once (ALiBi).
+FIRST_RUN_RANDOMIZED = {"rope": {"random_per_layer": False}, "alibi": {"random_distances": False}}
+
+
+def first_run_options(kind: str, options: dict) -> dict:
+    """The options that make ``kind`` with ``options`` compute what this library first ran as it (a model config of
+    version 8 or earlier meant them: ``tra upgrade`` adds them); empty where the kind computes what it did."""
+    if kind in FIRST_RUN_RANDOMIZED:
+        return FIRST_RUN_RANDOMIZED[kind] if options.get("random_positions") else {}
+    return FIRST_RUN_OPTIONS.get(kind, {})
+
+
 def as_first_run(method: Method) -> Method:
     """``method`` as this library first ran it, until ModelConfig version 8: since version 9 a rival kind's name
-    means its authors' configuration, and its former one is a value of the options it gained (its kind's
-    ``before_version_9``). The pages trained before then show these; the label adds what they set."""
-    former = attention_kind(method.kind).options.before_version_9(method.options)
+    means its authors' configuration, and its former one is a value of the options it gained
+    (``first_run_options``). The pages trained before then show these; the label adds what they set."""
+    former = first_run_options(method.kind, method.options)
     if not former:
         return method
     added = ", ".join(f"{k}={label_value(v)}" for k, v in former.items())

@@ -52,10 +52,6 @@ class ALiBiOptions(RandomPositionsOptions):
         "-m (p_i - p_j), one draw for every layer",
     )
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"random_distances": False} if options.get("random_positions") else {}  # random positions, one draw
-
 
 class ALiBiAttention(Attention):
     Options = ALiBiOptions

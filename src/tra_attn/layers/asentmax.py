@@ -61,10 +61,6 @@ class ASEntmaxOptions(KindOptions):
         "auto", "op implementation: auto (chunked), naive (materialised), chunked (blocks of rows)", one_of(*IMPLS)
     )
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"nape": False}  # every head NoPE and scaled
-
     def check(self) -> None:
         if self.scaling == "none" and (self.beta_bias_init or self.gamma_bias_init):
             raise ValueError(

@@ -67,10 +67,6 @@ class KERPLEOptions(RandomPositionsOptions):
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"shared": False, "clamp": "straight_through"}  # a pair per layer, floored straight through
-
 
 class KERPLEAttention(Attention):
     Options = KERPLEOptions

@@ -66,14 +66,6 @@ class KindOptions:
         """Checks that span several options (a ValueError naming the option); nothing by default."""
 
     @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        """What a config of ModelConfig version 8 or earlier with ``options`` meant by this kind, as the values of
-        options added since: from version 9 on, a rival kind's name means its authors' configuration, and an
-        older config keeps computing what it computed (``tra upgrade``; ``experiments.methods.as_first_run``).
-        Nothing by default: a kind that computes what it did."""
-        return {}
-
-    @classmethod
     def describe(cls, name: str) -> str:
         """How errors name an option: ``TRAOptions.local_window``."""
         return f"{cls.__name__}.{name}"

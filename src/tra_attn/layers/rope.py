@@ -42,10 +42,6 @@ class RoPEOptions(RandomPositionsOptions):
         "for every layer",
     )
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"random_per_layer": False} if options.get("random_positions") else {}  # one draw for every layer
-
 
 def check_even_head_dim(d_model: int, n_heads: int, what: str) -> None:
     """RoPE rotates pairs of channels: a ValueError unless the head dimension is even (``what``: for which option)."""

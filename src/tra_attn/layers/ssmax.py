@@ -40,10 +40,6 @@ class SSMaxOptions(KindOptions):
         True, "rotate q and k with RoPE (base 10000), as the paper's models; false: no positional encoding"
     )
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"rope": False}  # no positional encoding
-
 
 class SSMaxAttention(Attention):
     Options = SSMaxOptions

@@ -57,10 +57,6 @@ class StickBreakingOptions(KindOptions):
         "auto", "op implementation: auto (chunked), naive (materialised), chunked (blocks of rows)", one_of(*IMPLS)
     )
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"head_norm": False}  # the heads as they were: no head norm, no head bias
-
 
 class StickBreakingAttention(Attention):
     Options = StickBreakingOptions

@@ -46,10 +46,6 @@ class T5Options(RandomPositionsOptions):
     random_positions: int = random_positions_option()
     random_positions_at_eval: bool = random_positions_at_eval_option()
 
-    @classmethod
-    def before_version_9(cls, options: dict) -> dict:
-        return {"shared_table": False}  # a table per layer
-
     def check(self) -> None:
         super().check()
         exact = self.num_buckets // 2

@@ -17,9 +17,9 @@ versions need no step of their own. What a released version wrote must be there:
 option field, or holds an option twice, is refused by name.
 
 ModelConfig version 9 changed what some kinds' names mean (their authors' configuration): a config of
-version 8 or earlier gets the options that say what its kind computed then (``former_options``, which each kind's
-options declare). Its run's identity therefore changes with it, and ``tra upgrade`` moves its record (and its
-store folder) to the new one.
+version 8 or earlier gets the options that say what its kind computed then (``former_options``: what this
+library first ran under that name, ``experiments.methods.first_run_options``). Its run's identity therefore
+changes with it, and ``tra upgrade`` moves its record (and its store folder) to the new one.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..data import TASKS
+from ..experiments.methods import first_run_options
 from ..layers import ATTENTION_KINDS
 from ..models.config import LEGACY_TRA_KINDS
 from ..models.config import VERSION as MODEL_VERSION
@@ -75,9 +76,9 @@ DECLARED_0_2 = {
 
 def former_options(kind, options: dict) -> dict:
     """The options whose values a config of version 8 or earlier of ``kind`` (with ``options``) had implicitly: what
-    its kind computed before the option existed (the kind's ``before_version_9``; empty for a kind that computes
-    what it did)."""
-    return ATTENTION_KINDS[kind].options.before_version_9(options) if kind in ATTENTION_KINDS else {}
+    its kind computed before the option existed (``experiments.methods.first_run_options``; empty for a kind that
+    computes what it did)."""
+    return first_run_options(kind, options) if kind in ATTENTION_KINDS else {}
 
 
 def _declared_options(attention) -> list[str] | None:
