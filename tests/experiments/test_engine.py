@@ -266,3 +266,18 @@ def test_an_aid_given_to_every_method_keeps_a_given_label_so_ranges_read_as_one_
     short, long = (with_aid((randomized("rope", n),), length_spread=0.75)[1] for n in (512, 1024))
     assert short.label == long.label == "RoPE, randomized positions (length_spread=0.75)"
     assert short.signature != long.signature and long.options == {"random_positions": 1024}
+
+
+def test_a_page_of_matched_parameters_shows_each_mlp_width(tmp_path, capsys):
+    folder = write_spec(tmp_path / "results" / "matched", lrs=(3e-3,), sweep=(), more=', Method("fox_pro")',
+                        **{"    lrs_source": '    match_parameters=Method("tra"),\n    lrs_source'})  # fmt: skip
+    (tmp_path / "results" / "runs").mkdir()
+    code, _, err = tra_run(folder, capsys)
+    assert code == 0, err
+    page = (folder / "README.md").read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in page.splitlines() if line.startswith("| ") and "`" in line}
+    widths = {label: int(re.search(r"\(MLP (\d+)\)", row).group(1)) for label, row in rows.items()}
+    counts = {label: int(re.search(r"\| ([\d,]+) \(MLP", row).group(1).replace(",", "")) for label, row in rows.items()}
+    assert set(widths) == {"TRA", "NoPE", "FoX Pro"} and widths["FoX Pro"] < widths["TRA"] < widths["NoPE"]
+    assert all(abs(count - counts["TRA"]) <= 0.02 * counts["TRA"] for count in counts.values())
+    assert "Matched: every method's MLP width (in brackets) brings it within 2% of TRA's count" in page

@@ -30,6 +30,7 @@ from ..utils.provenance import git_commit
 from .experiment import Experiment
 from .identity import run_id
 from .methods import Method
+from .parameters import matched_mlp, model_parameters
 from .preset import Preset
 from .registry import experiment as experiment_of
 from .run_lock import run_lock
@@ -37,21 +38,31 @@ from .spec import Question
 from .store import DIVERGED, RECORD_NAME, Evidence, Record, RunStore, lean
 
 
-def run_config(
-    experiment: Experiment, question: Question, method: Method, lr: float, seed: int, device: str = "cpu"
-) -> TrainConfig:
-    """The TrainConfig of one run: the preset's model, task and recipe, the method's changes, the question's
-    budget."""
+def model_config(experiment: Experiment, question: Question, method: Method) -> ModelConfig:
+    """The model of ``method``'s runs as the preset and the method build it (before any matching of parameters)."""
     preset = experiment.presets[question.preset]
-    task_args = {**preset.task_args, **question.task_args}
-    task = make_task(experiment.task, **task_args)
-    model = ModelConfig(
+    task = make_task(experiment.task, **{**preset.task_args, **question.task_args})
+    return ModelConfig(
         vocab_size=task.vocab_size,
         tokenizer=task.tokenizer_description(),
         attention=method.kind,
         attention_options={**preset.options.get(method.kind, {}), **method.options},
         **{**preset.model, **method.model},
     )
+
+
+def run_config(
+    experiment: Experiment, question: Question, method: Method, lr: float, seed: int, device: str = "cpu"
+) -> TrainConfig:
+    """The TrainConfig of one run: the preset's model, task and recipe, the method's changes, the question's
+    budget; with ``Question.match_parameters``, an MLP width that matches the reference method's parameters."""
+    preset = experiment.presets[question.preset]
+    task_args = {**preset.task_args, **question.task_args}
+    model = model_config(experiment, question, method)
+    reference = question.match_parameters
+    if reference is not None and method != reference and "mlp_ratio" not in method.model:
+        target = model_parameters(model_config(experiment, question, reference))
+        model = matched_mlp(model, target, f"{method.label}, matched to {reference.label} (Question.match_parameters)")
     train_args = {**preset.train, **method.train}
     if question.steps is not None:
         train_args["steps"] = question.steps

@@ -75,7 +75,8 @@ class Question:
     the preset's validated rate); with two or more rates the runs of ``sweep_seeds`` (default: every seed)
     choose each method's rate and the other seeds train at it. ``steps`` and ``fit_accuracy`` change the
     preset's budget, ``task_args`` its task parameters. ``lrs_source``: where a grid of one rate comes from.
-    ``status``: current, a pilot (a narrow question a current page cites), or archived (superseded)."""
+    ``status``: current, a pilot (a narrow question a current page cites), or archived (superseded).
+    ``match_parameters``: a method every other one is matched to in parameters, through its MLP width."""
 
     title: str = option(help="the question the page answers", check=_title)
     task: str | tuple[str, ...] = option(help="a task name, or distinct task names (a section each)")
@@ -92,6 +93,11 @@ class Question:
     lrs_source: str = option("", "where a grid of one rate comes from")
     status: str = option(
         "current", "current, pilot (a narrow question a current page cites) or archived", one_of(*STATUSES)
+    )
+    match_parameters: Method | None = option(
+        None,
+        "a method of the question whose parameter count every other one is matched to, within 2%, through its MLP "
+        "width (ModelConfig.mlp_ratio; a method that sets mlp_ratio keeps it); None: each model as it is built",
     )
 
     def __post_init__(self):
@@ -111,6 +117,10 @@ class Question:
         if sweep and not any(len(self.grid(m)) > 1 for m in self.methods):
             raise ValueError("Question.sweep_seeds: no method has a grid of two or more rates to sweep")
         object.__setattr__(self, "sweep_seeds", sweep)
+        if self.match_parameters is not None and self.match_parameters not in self.methods:
+            raise ValueError(
+                f"Question.match_parameters = {self.match_parameters!r}; expected one of the question's methods"
+            )
         if any(len(self.grid(m)) == 1 for m in self.methods) and not self.lrs_source:
             raise ValueError("Question.lrs_source: a method trains at one given rate; expected where it comes from")
 

@@ -99,10 +99,20 @@ def methods_section(results, level: str) -> list[str]:
     question, sweep_seeds = results.question, results.question.sweeping()
     configs = {r["method"]: r["config"] for r in results.rows}
     lines = [f"{level} Methods", "", "| method | kind | changes | parameters | learning rate |", "|---" * 5 + "|"]
+    reference = question.match_parameters
     for m in results.methods:
         rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
-        lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {parameter_count(configs[m.label]):,} | {rate} |")
+        count = f"{parameter_count(configs[m.label]):,}"
+        if reference is not None:
+            model = configs[m.label]["model"]
+            count += f" (MLP {int(model['mlp_ratio'] * model['d_model'])})"
+        lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {count} | {rate} |")
     lines += ["", "Parameters: the whole model's, embeddings included, as the method's config builds it."]
+    if reference is not None:
+        lines[-1] += (
+            f" Matched: every method's MLP width (in brackets) brings it within 2% of {reference.label}'s count, "
+            "unless the method sets its own."
+        )
     grids = [results.grids.get(m.label, ()) for m in results.methods]
     if any(len(g) > 1 for g in grids):
         cap = results.experiment.fit_accuracy
