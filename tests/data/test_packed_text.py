@@ -150,7 +150,7 @@ def test_a_training_step_passes_the_batchs_model_arguments_with_each_micro_batch
         assert torch.equal(x, tokens[2 * i : 2 * i + 2, :-1]) and torch.equal(seg, segments[2 * i : 2 * i + 2, :-1])
 
 
-# ---- with the model: these need TransformerLM.forward(..., segment_ids=) (issue 20, the model's branch) -------
+# ---- with the model: these need TransformerLM.forward(..., segment_ids=) -----------------------------------
 
 
 @pytest.mark.parametrize("attention", ["tra", "fox"])

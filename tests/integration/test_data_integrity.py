@@ -1,6 +1,5 @@
-"""Data integrity (issue 21, sections 3 and 5): each fault delivered for real (a corrupted cache file, a write
-that raises half-way, a temporary left by a killed process, a contradicting data file), then the message and
-that no data was lost."""
+"""Data integrity: each fault delivered for real (a corrupted cache file, a write that raises half-way, a temporary
+left by a killed process, a contradicting data file), then the message and that no data was lost."""
 
 from __future__ import annotations
 

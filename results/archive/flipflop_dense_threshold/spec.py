@@ -1,4 +1,4 @@
-"""A pilot for text_tra_variants (issue 13): do one dense head and threshold -1 keep flip-flop exact?"""
+"""A pilot for text_tra_variants: do one dense head and threshold -1 keep flip-flop exact?"""
 
 from tra_attn.experiments.methods import Method
 from tra_attn.experiments.spec import Question

@@ -1,4 +1,4 @@
-"""A pilot (issue 24): are the suite's fitting failures only a matter of budget (TRA and FoX, cap 3000)?"""
+"""A pilot: are the suite's fitting failures only a matter of budget (TRA and FoX, cap 3000)?"""
 
 from tra_attn.experiments.methods import kinds
 from tra_attn.experiments.spec import Question

@@ -1,4 +1,4 @@
-"""A pilot (issue 24): at what step cap does the best baseline fit MQAR and majority?"""
+"""A pilot: at what step cap does the best baseline fit MQAR and majority?"""
 
 from tra_attn.experiments.methods import kinds
 from tra_attn.experiments.spec import Question

@@ -1,4 +1,4 @@
-"""A pilot for text_tra_variants (issue 13): does the authors' block help TRA in particular or every kind?"""
+"""A pilot for text_tra_variants: does the authors' block help TRA in particular or every kind?"""
 
 from tra_attn.experiments.methods import Method
 from tra_attn.experiments.spec import Question
