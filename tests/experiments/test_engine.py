@@ -16,6 +16,7 @@ import tra_attn.experiments.results_index as results_index
 from tests.cli.test_cli import run
 from tests.training.test_train import sigint_during
 from tra_attn.experiments.identity import run_id
+from tra_attn.experiments.registry import experiment as experiment_of
 from tra_attn.experiments.store import Evidence, RunStore
 from tra_attn.training.checkpoint import list_checkpoints
 
@@ -68,7 +69,7 @@ def test_a_question_trains_its_sweep_then_the_other_seeds_at_the_selected_rate(q
     assert trained == sorted([(k, lr, 0) for k in ("tra", "nope") for lr in (1e-3, 3e-3)] + [
         (k, chosen[k], 1) for k in ("tra", "nope")])  # fmt: skip
     assert page.startswith("# Tiny: does the pipeline work?") and "Command: `tra run results/tiny`" in page
-    assert "(chosen from 0.001, 0.003 on seed 0)" in page and "## Learning-rate sweep" in page
+    assert "(chosen from 0.001, 0.003 on seed 0; at an edge)" in page and "## Learning-rate sweep" in page
     store = RunStore(question.parent.parent / "store")
     assert all(list_checkpoints(store.directory(r.run)) and store.get(r.run) for r in records)
 
@@ -281,3 +282,27 @@ def test_a_page_of_matched_parameters_shows_each_mlp_width(tmp_path, capsys):
     assert set(widths) == {"TRA", "NoPE", "FoX Pro"} and widths["FoX Pro"] < widths["TRA"] < widths["NoPE"]
     assert all(abs(count - counts["TRA"]) <= 0.02 * counts["TRA"] for count in counts.values())
     assert "Matched: every method's MLP width (in brackets) brings it within 2% of TRA's count" in page
+
+
+def test_an_extended_grid_sweeps_beyond_its_edge_until_the_choice_is_inside(question, capsys):
+    write_spec(question, lrs=(1e-3, 3e-3), **{"    lrs_source": "    extend_grid=True,\n    lrs_source"})
+    code, out, _ = tra_run(question, capsys, "--plan")
+    assert code == 0 and "4 run(s) to train" in out  # the extension waits for the sweep it extends
+    code, _, err = tra_run(question, capsys)
+    assert code == 0, err
+    evidence = Evidence(question.parent / "runs")
+    records = [evidence.get(r) for r in evidence.runs()]
+    page = (question / "README.md").read_text()
+    flipflop = experiment_of("flipflop")
+    for kind, label in (("tra", "TRA"), ("nope", "NoPE")):
+        swept = sorted({r.config["lr"] for r in records if r.config["model"]["attention"] == kind
+                        and r.config["seed"] == 0})  # fmt: skip
+        assert {1e-3, 3e-3} <= set(swept) and len(swept) > 2  # the tiny preset fits nothing: an edge extends
+        rows = [{**row, "method": label, "lr": r.config["lr"]} for r in records if r.config["seed"] == 0
+                and r.config["model"]["attention"] == kind for row in r.validation]  # fmt: skip
+        added = (sum(lr < 1e-3 for lr in swept), sum(lr > 3e-3 for lr in swept))
+        assert flipflop.next_rate(rows, tuple(swept), added) is None  # settled: nothing more to add
+        cell = next(line for line in page.splitlines() if line.startswith(f"| {label} | `{kind}`"))
+        assert f"chosen from {', '.join(f'{lr:g}' for lr in swept)} on seed 0; added " in cell
+    assert "Extended grids: where the chosen rate sat at an edge of its grid and did not fit" in page
+    assert tra_run(question, capsys, "--plan")[1].startswith(f"{question}: 0 run(s) to train")

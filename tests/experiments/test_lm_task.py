@@ -294,7 +294,7 @@ def test_a_text_question_selects_learning_rates_on_validation_and_reports(tmp_pa
         }
         best = min(val, key=lambda lr: (val[lr], lr))
         config = next(r.config for r in records if r.config["model"]["attention"] == kind)
-        rate = f"{best:g} (chosen from 0.001, 0.003 on seed 0)"
+        rate = f"{best:g} (chosen from 0.001, 0.003 on seed 0; at an edge)"
         assert f"| {label} | `{kind}` | nothing | {parameter_count(config):,} | {rate} |" in page
     lengths = {r["length"] for rec in records for r in rec.rows("tokens=1024") if r["split"] == "non_overlapping"}
     assert lengths == {16, 32, 64, 128, 256}

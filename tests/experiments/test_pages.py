@@ -12,6 +12,7 @@ from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell
 from tra_attn.experiments.flipflop.report import flipflop_columns, markdown_table, unfit_methods
 from tra_attn.experiments.methods import Method, kinds
 from tra_attn.experiments.registry import experiments
+from tra_attn.experiments.selection import beyond, extension
 from tra_attn.experiments.spec import Question
 from tra_attn.experiments.suite import SUITE_TASKS
 from tra_attn.experiments.tables import Legend, sweep_table
@@ -100,6 +101,36 @@ def test_selection_treats_every_fitted_rate_as_equal_and_prefers_the_smallest():
     rows = [val("tra", 1e-3, 0, 0.991), val("tra", 3e-3, 0, 1.0), val("fox", 1e-3, 0, 0.95), val("fox", 3e-3, 0, 0.98)]
     rows += [val("nope", 1e-3, 0, 0.5), val("nope", 1e-3, 1, 1.0), val("nope", 3e-3, 0, 0.8), val("nope", 3e-3, 1, 0.8)]
     assert experiments()["mqar"].select_lrs(rows) == {"tra": 1e-3, "fox": 3e-3, "nope": 3e-3}
+
+
+@pytest.mark.parametrize(
+    "rate, up, down",
+    [(1e-3, 3e-3, 3e-4), (3e-3, 1e-2, 1e-3), (1e-2, 3e-2, 3e-3), (5e-4, 1e-3, 3e-4), (2e-3, 3e-3, 1e-3)],
+)
+def test_a_grid_extends_along_the_ladder_of_rates(rate, up, down):
+    assert (beyond(rate, True), beyond(rate, False)) == (up, down)
+
+
+def test_a_grid_extends_beyond_the_edge_its_choice_sits_at_unless_it_fitted_or_went_three_rates_out():
+    grid = (1e-3, 3e-3, 1e-2)
+    assert extension(grid, 1e-2, 0.5, 0.99, (0, 0)) == 3e-2  # the top edge: one rate above
+    assert extension(grid, 1e-3, 0.5, 0.99, (0, 0)) == 3e-4  # the bottom edge: one rate below
+    assert extension(grid, 3e-3, 0.5, 0.99, (0, 0)) is None  # inside
+    assert extension(grid, 1e-3, 0.99, 0.99, (0, 0)) is None  # fitted: no rate does better
+    assert extension(grid, 1e-2, 0.5, 0.99, (0, 3)) is None and extension(grid, 1e-3, 0.5, 0.99, (0, 3)) == 3e-4
+    assert extension(grid, 1e-2, -2.0, math.inf, (0, 0)) == 3e-2  # no cap (bits per byte): any edge extends
+
+
+def test_the_next_rate_of_a_method_reads_its_sweep():
+    def val(lr, acc):
+        return {"method": "tra", "lr": lr, "seed": 0, "split": "validation", "metric": "full_seq_acc", "value": acc}
+
+    mqar = experiments()["mqar"]
+    grid = (1e-3, 3e-3)
+    assert mqar.next_rate([val(1e-3, 0.2), val(3e-3, 0.5)], grid, (0, 0)) == 1e-2
+    assert mqar.next_rate([val(1e-3, 0.2), val(3e-3, 1.0)], grid, (0, 0)) is None  # fitted at the edge
+    assert mqar.next_rate([val(1e-3, 0.2), val(3e-3, float("nan"))], grid, (0, 0)) == 3e-4  # diverged above
+    assert mqar.next_rate([val(3e-4, 0.1), val(1e-3, 0.2), val(3e-3, 0.1)], (3e-4, *grid), (1, 0)) is None
 
 
 def test_steps_to_fit_per_seed_and_unfit_methods():

@@ -328,7 +328,17 @@ def gather(question: Question, task: str, source: Source, device: str = "cpu") -
         grid = results.grids[method.label]
         if len(grid) > 1:
             sweep = (r for lr in grid for s in question.sweeping() for r in rows_of(method, lr, s))
-            results.sweep += counted(method.label, sweep)
+            swept = counted(method.label, sweep)
+            added = [0, 0]  # rates added below and above the grid
+            while question.extend_grid and not lacking[method.label]:
+                rate = experiment.next_rate(swept, grid, tuple(added))
+                if rate is None:
+                    break
+                added[rate > max(grid)] += 1
+                grid = tuple(sorted((*grid, rate)))
+                swept += counted(method.label, (r for s in question.sweeping() for r in rows_of(method, rate, s)))
+            results.grids[method.label] = grid
+            results.sweep += swept
     swept_whole = [r for r in results.sweep if not lacking[r["method"]]]  # no rate is chosen from part of a grid
     chosen = experiment.select_lrs(swept_whole)
     for method in question.methods:

@@ -6,13 +6,14 @@ them); the engine (``engine.py``) runs any question on it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..training import TrainConfig
 from .preset import Preset
-from .selection import select_lrs
+from .selection import extension, mean_scores, select_lrs
 
 Rows = list[dict]
 
@@ -45,6 +46,17 @@ class Experiment:
     def select_lrs(self, rows: Rows) -> dict[str, float]:
         """Per method, the learning rate with the best mean validation ``selection_metric`` over seeds."""
         return select_lrs(rows, self.selection_metric, self.higher_is_better, cap=self.fit_accuracy)
+
+    def next_rate(self, rows: Rows, grid: tuple[float, ...], added: tuple[int, int]) -> float | None:
+        """The rate one method's sweep ``rows`` over ``grid`` add next (``selection.extension``), or None."""
+        scores = mean_scores(rows, self.selection_metric, self.higher_is_better, cap=self.fit_accuracy)
+        if not scores:
+            return None
+        (chosen,) = self.select_lrs(rows).values()
+        (method,) = {method for method, _ in scores}
+        sign = 1.0 if self.higher_is_better else -1.0
+        ceiling = math.inf if self.fit_accuracy is None else sign * self.fit_accuracy
+        return extension(grid, chosen, scores[(method, chosen)], ceiling, added)
 
     def evaluation(self, preset: Preset) -> str:
         """The name of the preset's evaluation in a run's record: ``sequences=1000``."""

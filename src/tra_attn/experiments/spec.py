@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import check_seed, task_args_check
-from ..utils.checks import check_declared, is_int, is_number, one_of, option
+from ..utils.checks import boolean, check_declared, is_int, is_number, one_of, option
 from .methods import Method
 from .spec_file import run_spec_file
 
@@ -76,6 +76,7 @@ class Question:
     choose each method's rate and the other seeds train at it. ``steps`` and ``fit_accuracy`` change the
     preset's budget, ``task_args`` its task parameters. ``lrs_source``: where a grid of one rate comes from.
     ``status``: current, a pilot (a narrow question a current page cites), or archived (superseded).
+    ``extend_grid``: a rate chosen at an edge of its grid adds the next rate beyond it (``selection.extension``).
     ``match_parameters``: a method every other one is matched to in parameters, through its MLP width."""
 
     title: str = option(help="the question the page answers", check=_title)
@@ -93,6 +94,12 @@ class Question:
     lrs_source: str = option("", "where a grid of one rate comes from")
     status: str = option(
         "current", "current, pilot (a narrow question a current page cites) or archived", one_of(*STATUSES)
+    )
+    extend_grid: bool = option(
+        False,
+        "a method whose rate is chosen at an edge of its grid, without fitting, sweeps the next rate beyond it "
+        "(1e-3, 3e-3, 1e-2, ...; at most 3 a side) until the chosen rate is inside its grid",
+        boolean,
     )
     match_parameters: Method | None = option(
         None,
@@ -117,6 +124,8 @@ class Question:
         if sweep and not any(len(self.grid(m)) > 1 for m in self.methods):
             raise ValueError("Question.sweep_seeds: no method has a grid of two or more rates to sweep")
         object.__setattr__(self, "sweep_seeds", sweep)
+        if self.extend_grid and not any(len(self.grid(m)) > 1 for m in self.methods):
+            raise ValueError("Question.extend_grid: no method has a grid of two or more rates to extend")
         if self.match_parameters is not None and self.match_parameters not in self.methods:
             raise ValueError(
                 f"Question.match_parameters = {self.match_parameters!r}; expected one of the question's methods"

@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from .methods import PALETTE, label_value
 from .parameters import parameter_count
+from .selection import MAX_EXTENSIONS
 from .store import DIVERGED
 
 
@@ -81,14 +82,19 @@ def page_header(title: str, command: str, commits, preset: str, status: str) -> 
     return lines + [f"Status: {status}", ""]
 
 
-def rate_cell(grid: tuple[float, ...], selected: float | None, sweep_seeds) -> str:
+def rate_cell(grid: tuple[float, ...], selected: float | None, sweep_seeds, given: tuple[float, ...] = ()) -> str:
     """How a method's learning rate was chosen: '0.001 (chosen from 0.001, 0.003 on seed 0)', given, or the
-    preset's."""
+    preset's; the rates of ``grid`` beyond the ``given`` one are named as added (an extended grid), and a choice at
+    an edge of the grid as such."""
     if selected is None:
         return "n/a"
     if len(grid) > 1:
         seeds = f"seed{'s' * (len(sweep_seeds) > 1)} {', '.join(map(str, sweep_seeds))}"
-        return f"{selected:g} (chosen from {', '.join(f'{lr:g}' for lr in grid)} on {seeds})"
+        added = [lr for lr in grid if given and lr not in given]
+        notes = [f"added {', '.join(f'{lr:g}' for lr in added)}"] if added else []
+        notes += ["at an edge"] if selected in (min(grid), max(grid)) else []
+        extra = f"; {'; '.join(notes)}" if notes else ""
+        return f"{selected:g} (chosen from {', '.join(f'{lr:g}' for lr in grid)} on {seeds}{extra})"
     return f"{selected:g} (given)" if grid else f"{selected:g} (the preset's)"
 
 
@@ -101,7 +107,8 @@ def methods_section(results, level: str) -> list[str]:
     lines = [f"{level} Methods", "", "| method | kind | changes | parameters | learning rate |", "|---" * 5 + "|"]
     reference = question.match_parameters
     for m in results.methods:
-        rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds)
+        given = question.grid(m) if question.extend_grid else ()
+        rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds, given)
         count = f"{parameter_count(configs[m.label]):,}"
         if reference is not None:
             model = configs[m.label]["model"]
@@ -119,6 +126,13 @@ def methods_section(results, level: str) -> list[str]:
         tie = f" (every value of {cap} and above counts as equal: the run fitted)" if cap is not None else ""
         lines += ["", f"Chosen: the rate with the best mean validation value over the sweep seeds{tie}; ties go to "
                   "the smaller rate."]  # fmt: skip
+        if question.extend_grid:
+            fitted = " and did not fit" if cap is not None else ""
+            lines[-1] += (
+                f" Extended grids: where the chosen rate sat at an edge of its grid{fitted}, the next rate beyond that "
+                f"edge (1e-3, 3e-3, 1e-2, ...) was swept too, until the choice fell inside the grid, at most "
+                f"{MAX_EXTENSIONS} rates a side."
+            )
     if any(not g for g in grids):
         lines += ["", f"The preset's rates: {results.preset.rate_source()}."]
     if any(len(g) == 1 for g in grids):
