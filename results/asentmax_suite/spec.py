@@ -26,4 +26,5 @@ spec = Question(
     seeds=(0, 1, 2),
     lrs=(1e-3, 3e-3, 1e-2),
     sweep_seeds=(0,),
+    extend_grid=True,  # each method's rate inside its grid, unless it fitted at the edge
 )
