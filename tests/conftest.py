@@ -62,6 +62,14 @@ def sharing_kinds() -> list[str]:
     return [name for name, kind in sorted(ATTENTION_KINDS.items()) if kind.cls.shared_parameters(kind.cls.Options())]
 
 
+def block_parts(kind: str) -> dict:
+    """The ModelConfig fields that give the registered ``kind`` every block part it does not have of its own."""
+    from tra_attn import ATTENTION_KINDS
+
+    own = ATTENTION_KINDS[kind].cls.own_block_parts
+    return {part: True for part in ("output_gate", "output_norm", "kv_shift") if part not in own}
+
+
 def attention_fields(name: str, **options) -> dict:
     """The ModelConfig fields of ``name``: a registered kind, or a TRA ablation (``TRA_ABLATIONS``), with
     ``options`` added to its attention options."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import TINY_TRAIN, run
+from tra_attn.models.config import VERSION as MODEL_VERSION
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -152,7 +153,7 @@ CASES = [
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/old_model.json"],
         r"--config {tmp}/old_model\.json: ModelConfig version 7, written by an earlier version of tra; expected "
-        r"version 10: convert it with `tra upgrade",
+        rf"version {MODEL_VERSION}: convert it with `tra upgrade",
     ),
     (
         ["train", "--out", "{tmp}/r", "--config", "{tmp}/model_list.json"],

@@ -36,6 +36,7 @@ from tra_attn.layers import (
     TRAOptions,
     WallOptions,
 )
+from tra_attn.models.config import VERSION as MODEL_VERSION
 from tra_attn.training import TrainConfig, train
 from tra_attn.training.checkpoint import load_train_state
 from tra_attn.training.config import VERSION as TRAIN_VERSION
@@ -82,7 +83,7 @@ def test_the_config_holds_the_kinds_options_filled_with_defaults_and_round_trips
     assert config.attention_options == TRAOptions(local_window=4, keep_surrogate=1.0)
     assert isinstance(config.attention_options.keep_surrogate, float)  # an int for a float option: a float
     saved = config.to_dict()
-    assert saved["version"] == 10 and saved["attention_options"]["local_window"] == 4
+    assert saved["version"] == MODEL_VERSION and saved["attention_options"]["local_window"] == 4
     assert saved["attention_options"] == dataclasses.asdict(TRAOptions(local_window=4, keep_surrogate=1.0))
     assert ModelConfig.from_dict(json.loads(config.to_json())) == config
     assert ModelConfig(attention="rope").attention_options == RoPEOptions(base=10000.0)
@@ -138,7 +139,8 @@ def test_models_saved_by_0_2_load_and_compute_the_logits_they_did(name, tmp_path
         refusal = rf"{config}: a Hugging Face config written by an earlier version of tra \(the flat option fields "
         refusal += rf"\[.*'rope_base'.*\]\); convert its folder with `tra upgrade {folder}`"
     else:
-        refusal = rf"{config}: ModelConfig version 6, written by an earlier version of tra; expected version 10: "
+        refusal = rf"{config}: ModelConfig version 6, written by an earlier version of tra; expected version "
+        refusal += rf"{MODEL_VERSION}: "
         refusal += rf"convert it with `tra upgrade {config}`"
     with pytest.raises(OldVersion, match=refusal):
         TransformerLM.from_pretrained(folder)

@@ -30,6 +30,7 @@ from tra_attn.layers.tra import THRESHOLD_OPTIONS
 from tra_attn.metrics.accuracy import eval_batch_size
 from tra_attn.models.config import LEGACY_TRA_KINDS, VERSION
 from tra_attn.training import TrainConfig
+from tra_attn.upgrade.configs import BLOCK_PARTS_10 as NO_PARTS
 from tra_attn.upgrade.configs import upgrade_model_config, upgrade_train_config
 from tra_attn.upgrade.files import upgrade
 from tra_attn.utils.dataclass_io import OldVersion
@@ -167,7 +168,9 @@ def converted(kind: str, tmp_path: Path) -> Path:
         refusal = rf"{config}: a Hugging Face config written by an earlier version of tra \(the former kind "
         refusal += rf"'{kind.removesuffix('_hf')}'\); convert its folder with `tra upgrade {folder}`"
     else:
-        refusal = rf"{config}: ModelConfig version 7, written by an earlier version of tra; expected version 10: "
+        refusal = (
+            rf"{config}: ModelConfig version 7, written by an earlier version of tra; expected version {VERSION}: "
+        )
         refusal += rf"convert it with `tra upgrade {config}`"
     with pytest.raises(OldVersion, match=refusal):
         TransformerLM.from_pretrained(folder)
@@ -204,7 +207,7 @@ def test_a_model_saved_with_a_former_kind_loads_as_tra_and_computes_what_it_did(
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[f"{kind}/grad/{name}"], atol=1e-5, rtol=1e-5, msg=name)
     again = ModelConfig.from_dict(json.loads(config.to_json()))
-    assert again == config and config.to_dict()["version"] == VERSION == 10
+    assert again == config and config.to_dict()["version"] == VERSION
 
 
 def test_a_hugging_face_folder_of_a_former_kind_loads_both_ways(tmp_path):
@@ -271,16 +274,17 @@ def test_older_forms_of_a_former_kind_convert_too():
     # a kind without options gets its ablation's.
     rope = upgrade_model_config({"version": 7, "attention": "rope", "attention_options": {"base": 5.0}})
     later = {"random_positions": 0, "random_positions_at_eval": False, "random_per_layer": True}
-    assert rope == {"version": VERSION, "attention": "rope", "attention_options": {"base": 5.0, **later}}
+    assert rope == {"version": VERSION, "attention": "rope", "attention_options": {"base": 5.0, **later}, **NO_PARTS}
     keygate = upgrade_model_config({"version": 7, "attention": "tra_keygate"})["attention_options"]
     assert keygate == TRAOptions(gate="key").to_dict()
+    # A current config names current kinds.
     with pytest.raises(ValueError, match=r"ModelConfig\.attention = 'tra_nodistance'; expected 'tra' with the option"):
-        ModelConfig.from_dict({**saved("tra_nodistance"), "version": VERSION})  # a current config names current kinds
+        ModelConfig.from_dict({**saved("tra_nodistance"), **NO_PARTS, "version": VERSION})
 
 
 def test_a_former_kind_with_options_that_are_not_a_dict_still_converts_to_tra():
     odd = upgrade_model_config({"version": 7, "attention": "tra_keygate", "attention_options": [1]})
-    assert odd == {"version": VERSION, "attention": "tra", "attention_options": [1]}
+    assert odd == {"version": VERSION, "attention": "tra", "attention_options": [1], **NO_PARTS}
 
 
 def test_tra_train_config_of_a_former_kind_takes_the_current_flags(tmp_path):

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from tests.conftest import attention_fields, attention_settings, sharing_kinds
+from tests.conftest import attention_fields, attention_settings, block_parts, sharing_kinds
 from tra_attn import ATTENTION_KINDS, ModelConfig, TransformerLM
+from tra_attn.models.config import VERSION as MODEL_VERSION
 from tra_attn.upgrade.configs import upgrade_model_config
 from tra_attn.utils.dataclass_io import OldVersion
 
@@ -21,10 +22,11 @@ KINDS = attention_settings(sorted(ATTENTION_KINDS))  # every kind, and the TRA a
 # cached prefix, and a windowed dense head): the cache holds every key, the windows pick.
 WINDOWS = {"attention_options": {"local_window": 3, "dense_heads": 1, "dense_window": 5}}
 CACHE_CASES = [(kind, {}) for kind in KINDS] + [(kind, WINDOWS) for kind in ("tra", "tra_keygate", "tra_nodistance")]
+CACHE_CASES += [(kind, block_parts(kind)) for kind in sorted(ATTENTION_KINDS) if block_parts(kind)]
 
 
 def cache_case_id(case):
-    return case if isinstance(case, str) else ("windows" if case else "")
+    return case if isinstance(case, str) else ("windows" if case == WINDOWS else "block" if case else "")
 
 
 def tiny_config(kind, **overrides):
@@ -163,7 +165,7 @@ def test_version_2_model_configs_load_without_a_temperature():
     data = {k: v for k, v in tiny_config("tra").to_dict().items() if k != "attention_options"}
     data = {**data, "version": 2, "tra_threshold": 0.0, "tra_impl": "auto", "gate_bias_init": 0.0}
     with pytest.raises(OldVersion, match=r"ModelConfig version 2, written by an earlier version of tra; expected "
-                       r"version 10: convert it with `tra upgrade PATH`"):  # fmt: skip
+                       rf"version {MODEL_VERSION}: convert it with `tra upgrade PATH`"):  # fmt: skip
         ModelConfig.from_dict(data)
     upgraded = ModelConfig.from_dict(upgrade_model_config(data))
     assert upgraded.attention_options.learned_temperature is False and upgraded == tiny_config("tra")

@@ -17,6 +17,7 @@ from tests.cli.test_cli import run as tra
 from tests.conftest import sharing_kinds
 from tests.training.test_train import tiny, weights
 from tra_attn import ModelConfig, TransformerLM
+from tra_attn.models.config import VERSION as MODEL_VERSION
 from tra_attn.training import train
 from tra_attn.training.checkpoint import list_checkpoints, load_train_state, resolve_checkpoint
 
@@ -84,7 +85,7 @@ def test_a_bad_training_state_is_refused_safely(run, write, pattern):
         ("model.safetensors", b"\x00" * 10, r"model\.safetensors is corrupt"),
         ("config.json", b"\xff\xfe\x00", r"config\.json is not a valid config"),
         ("config.json", b"[1, 2]", r"ModelConfig: got list; expected a JSON object"),
-        ("config.json", b'{"version": 10, "d_model": 16}', r"ModelConfig: missing fields"),
+        ("config.json", b'{"version": %d, "d_model": 16}' % MODEL_VERSION, r"ModelConfig: missing fields"),
         ("config.json", b'{"d_model": 16}', r"config\.json: ModelConfig version 1, written by an earlier version"),
     ],
 )

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..ops.positions import random_positions
 from ..utils.checks import is_int, is_number
+from .block_parts import PARTS, KVShift, OutputGate
 from .cache import LayerCache
 from .options import KindOptions, NoOptions, RandomPositionsOptions
 
@@ -36,7 +37,8 @@ class Attention(nn.Module):
     Built from plain arguments, so any model can use it: ``TRAAttention(d_model=256, n_heads=4,
     local_window=4)``; the keyword arguments beyond the shared ones are the kind's options (its ``Options``
     class, checked there and by ``check_options``). ``attention_dropout``: dropout on the pre-softmax logits
-    in training; ``norm_eps``: the epsilon of any normalisation inside the layer.
+    in training; ``norm_eps``: the epsilon of any normalisation inside the layer; ``output_gate``, ``output_norm``
+    and ``kv_shift``: the block parts every kind may have (``block_parts.py``).
 
     Subclasses implement ``attend(x, q, k, v, cache, segment_ids)`` on per-head tensors (B, H, S, Dh) of the
     new positions; with a cache they append their keys/values to it and attend over all of them.
@@ -52,6 +54,18 @@ class Attention(nn.Module):
     """
 
     Options: ClassVar[type[KindOptions]] = NoOptions
+    # The block parts (``block_parts.PARTS``) a kind has of its own: it refuses them as options of the block.
+    own_block_parts: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def check_block_parts(cls, **parts: bool) -> None:
+        """A ValueError naming the ModelConfig field of a block part this kind has of its own (its layer already
+        gates, normalises or shifts: a second one would not be the part the comparison gives every method)."""
+        for name, on in parts.items():
+            if on and name in cls.own_block_parts:
+                raise ValueError(
+                    f"ModelConfig.{name} = True: {cls.__name__} has its own {name.replace('_', ' ')}; expected False"
+                )
 
     @classmethod
     def check_options(cls, options: KindOptions, d_model: int, n_heads: int) -> None:
@@ -79,14 +93,25 @@ class Attention(nn.Module):
             config.n_heads,
             attention_dropout=config.attention_dropout,
             norm_eps=config.norm_eps,
+            **{part: getattr(config, part) for part in PARTS},
             **config.attention_options.to_dict(),
         )
 
     def __init__(
-        self, d_model: int, n_heads: int, *, attention_dropout: float = 0.0, norm_eps: float = 1e-6, **options
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        attention_dropout: float = 0.0,
+        norm_eps: float = 1e-6,
+        output_gate: bool = False,
+        output_norm: bool = False,
+        kv_shift: bool = False,
+        **options,
     ):
         super().__init__()
         check_sizes(d_model, n_heads, attention_dropout)
+        self.check_block_parts(output_gate=output_gate, output_norm=output_norm, kv_shift=kv_shift)
         self.options = self.Options.from_dict(options, type(self).__name__)
         self.check_options(self.options, d_model, n_heads)
         self.n_heads = n_heads
@@ -100,6 +125,9 @@ class Attention(nn.Module):
         self.takes_segment_ids = "segment_ids" in inspect.signature(self.attend).parameters
         self.auxiliary_loss: torch.Tensor | None = None  # a training-only loss term a kind may set in its forward
         self.takes_positions = "positions" in inspect.signature(self.attend).parameters
+        self.block_shift = KVShift(d_model, n_heads) if kv_shift else None
+        gated = output_gate or output_norm
+        self.block_output = OutputGate(d_model, n_heads, norm_eps, output_gate, output_norm) if gated else None
 
     def logit_dropout(self) -> float:
         """Dropout probability on the pre-softmax logits: ``attention_dropout`` in training, else 0."""
@@ -117,6 +145,8 @@ class Attention(nn.Module):
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         q, k, v = (self.split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.block_shift is not None:
+            k, v = self.block_shift(x, k, v, cache, segment_ids)
         if positions is not None and self.takes_positions:
             out = self.attend(x, q, k, v, cache, segment_ids=segment_ids, positions=positions)
         elif segment_ids is None:
@@ -129,6 +159,8 @@ class Attention(nn.Module):
                 "attend(x, q, k, v, cache, segment_ids=None) for a packed or padded batch (attention_mask with "
                 "zeros, cu_seqlens or segment_ids)"
             )
+        if self.block_output is not None:
+            out = self.block_output(x, out)
         b, _, s, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 

@@ -11,7 +11,8 @@ import torch
 
 
 class LayerCache:
-    """Keys and values (B, H, S, D) of one attention layer, plus optional per-key extras (B, H, S)."""
+    """Keys and values (B, H, S, D) of one attention layer, plus optional per-key extras (B, H, S) and per-row
+    ``state`` (the block's token shift keeps each row's last key and value there)."""
 
     def __init__(self, capacity: int = 0):
         self.capacity = capacity  # positions to allocate on the first update (at least the first chunk)
@@ -19,6 +20,7 @@ class LayerCache:
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
         self._extras: dict[str, torch.Tensor] = {}
+        self.state: dict[str, torch.Tensor] = {}  # per-row tensors (B, ...) a layer carries between forwards
 
     @property
     def keys(self) -> torch.Tensor | None:
@@ -66,6 +68,7 @@ class LayerCache:
 
     def select_batch(self, index: torch.Tensor) -> None:
         """Keep batch entries ``index`` (in that order, repeats allowed): beam search's reordering."""
+        self.state = {name: value.index_select(0, index.to(value.device)) for name, value in self.state.items()}
         if self._keys is None:
             return
         self._keys = self._keys.index_select(0, index.to(self._keys.device))

@@ -39,7 +39,7 @@ from torch import nn
 from ..ops.fox import forgetting_attention, token_shift
 from ..ops.masks import compute_dtype
 from .fox import FoXAttention, FoXOptions
-from .norms import rms_normalize
+from .norms import HeadRMSNorm
 from .options import option, positive
 
 
@@ -49,20 +49,9 @@ class FoXProOptions(FoXOptions):
     qk_norm_eps: float = option(1e-5, "epsilon of the per-head RMSNorm of q and k (the authors' 1e-5)", positive)
 
 
-class HeadRMSNorm(nn.Module):
-    """RMSNorm of each head's channels of (B, H, S, D), with a learned weight per head and channel."""
-
-    def __init__(self, n_heads: int, head_dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(n_heads, head_dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (rms_normalize(x, self.eps) * self.weight[:, None]).to(x.dtype)
-
-
 class FoXProAttention(FoXAttention):
     Options = FoXProOptions
+    own_block_parts = ("output_gate", "output_norm", "kv_shift")
 
     def __init__(self, d_model: int, n_heads: int, **kwargs):
         super().__init__(d_model, n_heads, **kwargs)

@@ -45,6 +45,7 @@ class GatedOptions(KindOptions):
 
 class GatedAttention(Attention):
     Options = GatedOptions
+    own_block_parts = ("output_gate", "output_norm")  # its gate multiplies inside the op: a norm would follow it
 
     @classmethod
     def check_options(cls, options, d_model: int, n_heads: int) -> None:

@@ -84,3 +84,4 @@ def check_model_config(config: ModelConfig) -> None:
             f"{kind.name!r}"
         )
     kind.cls.check_options(options, config.d_model, config.n_heads)
+    kind.cls.check_block_parts(output_gate=config.output_gate, output_norm=config.output_norm, kv_shift=config.kv_shift)

@@ -16,7 +16,7 @@ from ..layers import KindOptions, attention_kind, check_model_config
 from ..utils.checks import boolean, check_declared, in_range, one_of, option, positive, positive_int
 from ..utils.dataclass_io import current_fields, dataclass_from_dict
 
-VERSION = 10
+VERSION = 11
 
 # Until ModelConfig version 8 the TRA ablations were kinds of their own; they are options of "tra" now (a config
 # naming one is converted by `tra upgrade`, tra_attn/upgrade/configs.py).
@@ -102,6 +102,23 @@ class ModelConfig:
         "dropout on the pre-softmax attention logits (the TRA notebook's placement; training then materialises the "
         "(S, S) logits of every kind)",
         _probability,
+    )
+    output_gate: bool = option(
+        False,
+        "sigmoid(x W_g) times each head's attention output, before the output projection (FoX Pro's and gated "
+        "attention's gate, W_g d_model x d_model without bias), for any kind",
+        boolean,
+    )
+    output_norm: bool = option(
+        False,
+        "RMSNorm of each head's attention output (a weight per head and channel; FoX Pro's), for any kind",
+        boolean,
+    )
+    kv_shift: bool = option(
+        False,
+        "FoX Pro's token shift of keys and values, (1 - a) k_l + a k_(l-1) with a = sigmoid(x . u_h) per head and "
+        "position (and b for values), within each document, for any kind",
+        boolean,
     )
     norm_eps: float = option(1e-6, "RMSNorm epsilon", positive)
     init_std: float = option(0.02, "standard deviation of the initial weights", positive)

@@ -48,6 +48,9 @@ FLAT_OPTIONS = {
     "cope_max_pos": "max_pos",
     "gate_bias_init": "gate_bias_init",
 }
+# ModelConfig version 11 made the block's parts (output gate and norm, token shift) options of every kind; earlier
+# configs have none of them.
+BLOCK_PARTS_10 = {"output_gate": False, "output_norm": False, "kv_shift": False}
 # What 0.1's model config lacked, at the value that computes what 0.1 computed.
 MODEL_DEFAULTS_0_1 = {
     "tokenizer": None,
@@ -153,6 +156,8 @@ def upgrade_model_config(data: dict) -> dict:
         data = _flat_to_options(data)
     if version < MODEL_VERSION:
         data = _options_to_current(data, version)
+    if version < 11:
+        data = {**BLOCK_PARTS_10, **data}
     return {**data, "version": MODEL_VERSION}
 
 
