@@ -93,3 +93,13 @@ def test_the_parts_add_their_parameters():
     assert count(output_gate=True) - plain == 2 * 32 * 32  # W_g per layer
     assert count(output_norm=True) - plain == 2 * 32  # a weight per head and channel
     assert count(kv_shift=True) - plain == 2 * 2 * 32 * 4  # the two mixes, a scalar per head from x
+
+
+def test_a_question_gives_every_method_the_parts_its_kind_lacks():
+    from tra_attn.experiments.methods import Method, with_block_parts
+
+    methods = with_block_parts((Method("tra"), Method("gated"), Method("fox_pro")))
+    assert [m.label for m in methods] == ["TRA", "TRA, with FoX Pro's block", "gated attention",
+                                          "gated attention, with FoX Pro's block", "FoX Pro"]  # fmt: skip
+    assert methods[1].model == {"output_gate": True, "output_norm": True, "kv_shift": True}
+    assert methods[3].model == {"kv_shift": True}  # its own gate stays; FoX Pro has the whole block

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..layers import ATTENTION_KINDS, attention_kind
+from ..layers.block_parts import PARTS
 from ..models import ModelConfig
 from ..training import TrainConfig
 
@@ -220,6 +221,22 @@ def with_first_runs(methods) -> tuple[Method, ...]:
     """Each method, preceded by itself as this library first ran it where that differs (``as_first_run``): a page
     that shows both the rivals' former configurations and their authors'."""
     return tuple(m for method in methods for m in dict.fromkeys((as_first_run(method), method)))
+
+
+def with_block_parts(methods) -> tuple[Method, ...]:
+    """Each method, followed by itself with the block parts its kind does not have of its own (FoX Pro's output
+    gate, output norm and token shift of keys and values: ModelConfig's fields, layers/block_parts.py), labelled
+    ``<label>, with FoX Pro's block``: the block FoX Pro's lead may owe to, given to every method."""
+
+    def with_block(method: Method) -> Method | None:
+        own = attention_kind(method.kind).cls.own_block_parts
+        parts = {part: True for part in PARTS if part not in own}
+        if not parts:
+            return None
+        label = f"{method.label}, with FoX Pro's block"
+        return dataclasses.replace(method, model={**method.model, **parts}, label=label, color="")
+
+    return tuple(m for method in methods for m in (method, with_block(method)) if m is not None)
 
 
 def with_aid(methods, **train) -> tuple[Method, ...]:
