@@ -1,9 +1,10 @@
 """The protocol every task follows (procedural ones in ``synthetic/``, text in ``text/``), and the task registry.
 
 A task is a frozen dataclass whose fields are its parameters (they become ``tra data TASK`` flags and
-``TrainConfig.task_args``). It generates batches as a pure function of (num, length, seed), marks the
-tokens that are scored, names its out-of-distribution test splits, and converts sequences to and
-from text. Everything above the data (training, metrics, reports) sees only this protocol.
+``TrainConfig.task_args``), each declared with ``option(default, help, check)`` (``utils/checks.py``), whose
+check refuses a bad value as ``name: field = value; expected ...``. It generates batches as a pure function of
+(num, length, seed), marks the tokens that are scored, names its out-of-distribution test splits, and converts
+sequences to and from text. Everything above the data (training, metrics, reports) sees only this protocol.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-from ..utils.checks import is_int
+from ..utils.checks import check_declared, is_int
 
 TEST_SEED = 3_000_000_000  # test sets are shared by every method and seed; split k uses TEST_SEED + k
 
@@ -78,6 +79,12 @@ class Task:
     memory_per_token: ClassVar[int] = 64
     # The one task `tra train` trains on when neither --task nor a config names one (``default_task``).
     is_default: ClassVar[bool] = False
+
+    def __post_init__(self):
+        """The declared check of each parameter (``option``), in declaration order: a ValueError
+        ``name: field = value; expected ...`` for the first that fails. A task whose rules span parameters
+        overrides this, calls it first, then checks them."""
+        check_declared(self, prefix=f"{self.name}: ")
 
     def check_length(self, length) -> int:
         """``length`` if sequences of that many tokens exist, else a ValueError naming it."""

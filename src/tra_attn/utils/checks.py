@@ -3,9 +3,10 @@
 ``is_int`` and ``is_number`` refuse bools (Python's ``True`` is an ``int``). A dataclass field declared with
 ``option(default, help, check)`` carries its one-line help (flags, docs) and its check, a predicate that returns
 None for a valid value or what was expected (``positive_int``: "a positive integer"); ``check_declared`` runs the
-checks of an instance's fields and names the first bad one as ``Owner.field = value; expected ...``. A class keeps
-``__post_init__`` for the rules that span fields. The attention kinds' options (``layers/options.py``), the training
-config and the model config declare their fields this way.
+checks of an instance's fields and names the first bad one as ``Owner.field = value; expected ...`` (or after another
+prefix: a task's ``name: field = value; expected ...``). A class keeps ``__post_init__`` for the rules that span
+fields. The attention kinds' options (``layers/options.py``), the training config, the model config and the tasks'
+parameters (``data/task.py``) declare their fields this way.
 """
 
 from __future__ import annotations
@@ -29,21 +30,27 @@ def is_number(value) -> bool:
 
 
 def option(default=dataclasses.MISSING, help: str = "", check: Check | None = None, *,
-           default_factory=dataclasses.MISSING) -> Any:  # fmt: skip
+           default_factory=dataclasses.MISSING, flag_type: type | None = None) -> Any:  # fmt: skip
     """A declared field: its default (or ``default_factory``; neither: required), its one-line help and the check
-    of its value (None: for a kind's options the default's type decides, elsewhere nothing is checked)."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help, "check": check})
+    of its value (None: for a kind's options the default's type decides, elsewhere nothing is checked).
+    ``flag_type``: the type of the field's command-line flag where its default does not tell (a default of None)."""
+    metadata = {"help": help, "check": check}
+    if flag_type is not None:
+        metadata["type"] = flag_type
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def check_declared(instance, owner: str | None = None) -> None:
+def check_declared(instance, owner: str | None = None, *, prefix: str | None = None) -> None:
     """Run the check of each declared field of the dataclass ``instance``, in declaration order; a ValueError
-    ``Owner.field = value; expected ...`` for the first that fails (``owner``: the class's name by default)."""
+    ``Owner.field = value; expected ...`` for the first that fails (``owner``: the class's name by default), or
+    ``{prefix}field = value; expected ...`` where a ``prefix`` is given (a task's ``"name: "``)."""
+    where = f"{owner or type(instance).__name__}." if prefix is None else prefix
     for f in dataclasses.fields(instance):
         check = f.metadata.get("check")
         value = getattr(instance, f.name)
         expected = check(value) if check is not None else None
         if expected:
-            raise ValueError(f"{owner or type(instance).__name__}.{f.name} = {value!r}; expected {expected}")
+            raise ValueError(f"{where}{f.name} = {value!r}; expected {expected}")
 
 
 def non_negative_int(value) -> str | None:
@@ -84,13 +91,39 @@ def one_of(*choices: str) -> Check:
     return check
 
 
-def in_range(low: float, high: float, high_allowed: bool = False, what: str = "a number", note: str = "") -> Check:
-    """A number in [low, high) (or [low, high] with ``high_allowed``), called ``what`` in the message, ``note``
-    after it."""
-    shown = f"{what} in [{low:g}, {high:g}{']' if high_allowed else ')'}{note}"
+def in_range(
+    low: float, high: float, high_allowed: bool = False, what: str = "a number", note: str = "", *,
+    low_allowed: bool = True,
+) -> Check:  # fmt: skip
+    """A number in [low, high) (or [low, high] with ``high_allowed``; (low, ... without ``low_allowed``), called
+    ``what`` in the message, ``note`` after it."""
+    shown = f"{what} in {'[' if low_allowed else '('}{low:g}, {high:g}{']' if high_allowed else ')'}{note}"
 
     def check(value) -> str | None:
-        ok = is_number(value) and low <= value and (value < high or (high_allowed and value == high))
+        above = is_number(value) and (low < value or (low_allowed and value == low))
+        ok = above and (value < high or (high_allowed and value == high))
         return None if ok else shown
 
     return check
+
+
+def int_in_range(low: int, high: int | None = None) -> Check:
+    """An integer (not a bool) >= ``low``, and <= ``high`` when given: "an integer >= low" or "an integer in
+    [low, high]"."""
+    shown = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+
+    def check(value) -> str | None:
+        ok = is_int(value) and value >= low and (high is None or value <= high)
+        return None if ok else shown
+
+    return check
+
+
+def optional(check: Check, none: str = "None") -> Check:
+    """None, or a value ``check`` accepts: "{none} or {what check expects}"."""
+
+    def either(value) -> str | None:
+        expected = None if value is None else check(value)
+        return f"{none} or {expected}" if expected else None
+
+    return either

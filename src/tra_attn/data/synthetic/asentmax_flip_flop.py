@@ -24,22 +24,21 @@ Grammar (ids: bits 0, 1; write 2, ignore 3, read 4; then pad 5, bos 6, eos 7, ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import in_range, is_int, option
 from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
     AuthorsTests,
     Specials,
     after_first,
-    check_fraction,
-    check_longest,
     check_num,
     decode_words,
     encode_words,
+    longest_test_check,
     malformed,
     mean,
 )
@@ -53,20 +52,14 @@ SPECIALS = Specials(4)
 class AsentmaxFlipFlop(AuthorsTests, Task):
     """ASEntmax flip-flop: writes and ignores, then one read whose bit (the last written one) is the target."""
 
-    write_prob: float = field(
-        default=0.1, metadata={"help": "probability of a write among the middle commands, in (0, 1)"}
+    write_prob: float = option(
+        0.1, "probability of a write among the middle commands, in (0, 1)", in_range(0.0, 1.0, low_allowed=False)
     )
-    longest_test: int = field(
-        default=4096, metadata={"help": "the longest test seq_len (tests at 64, 128, ... up to it)"}
-    )
+    longest_test: int = option(4096, "the longest test seq_len (tests at 64, 128, ... up to it)", longest_test_check)
 
     name = "asentmax_flip_flop"
     vocab_size = SPECIALS.end
     authors_train_seq_len: ClassVar[tuple[int, int]] = (32, 64)  # --seq_len 48 --vary_len 16
-
-    def __post_init__(self):
-        check_fraction(self.name, "write_prob", self.write_prob, closed_top=False)
-        check_longest(self.name, self.longest_test)
 
     @property
     def specials(self) -> Specials:

@@ -31,24 +31,16 @@ import math
 
 import torch
 
-from ...utils.checks import is_number
+from ...utils.checks import int_in_range
 from ..task import TEST_SEED, EvalSplit, Task
-from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
+from .density_splits import check_num  # noqa: F401 (the suite's modules import it here)
 
 SPECIALS = ("pad", "bos", "eos", "mask", "sep")  # SimpleTokenizer's order, ids max_vocab_id + 1 ...
 FIRST_TEST = 64  # the authors' shortest test seq_len (scripts/generate_data.py: --mdps_seq_len "64 128 ...")
 # Up to this seq_len every test split holds the evaluation budget's sequences; beyond it as many tokens as there (the
 # O(S^2) kinds spend minutes per 100 sequences at seq_len 4096 on 2 cores).
 FULL_TEST_SEQ_LEN = 1024
-
-
-def check_fraction(task: str, name: str, value, closed_top: bool) -> float:
-    """A number in (0, 1], or (0, 1) when not ``closed_top``."""
-    ok = is_number(value) and value > 0.0
-    ok = ok and (value <= 1.0 if closed_top else value < 1.0)
-    if not ok:
-        raise ValueError(f"{task}: {name} = {value!r}; expected a number in (0, 1{']' if closed_top else ')'}")
-    return float(value)
+longest_test_check = int_in_range(FIRST_TEST)  # every task's longest_test: at least the shortest test seq_len
 
 
 class Specials:
@@ -113,10 +105,6 @@ def test_seq_lens(longest: int) -> list[int]:
         out.append(s)
         s *= 2
     return out
-
-
-def check_longest(task: str, value) -> int:
-    return check_int(task, "longest_test", value, FIRST_TEST)
 
 
 def seq_len_splits(task: Task, train_length: int, sequences: int, draw=None) -> list[EvalSplit]:

@@ -35,21 +35,20 @@ writes the counts after the sequence:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import int_in_range, is_int, option
 from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
     AuthorsTests,
     Specials,
-    check_int,
-    check_longest,
     check_num,
     decode_words,
     encode_words,
+    longest_test_check,
     malformed,
     mean,
 )
@@ -69,21 +68,14 @@ def run_counts(source: torch.Tensor) -> torch.Tensor:
 class AsentmaxLocalCount(AuthorsTests, Task):
     """ASEntmax local count: blocks of repeated tokens, each token labelled with its 0-based index in its block."""
 
-    num_symbols: int = field(
-        default=16, metadata={"help": "source tokens 0..num_symbols-1 (the authors' --vocab_size)"}
-    )
-    max_reps: int = field(default=48, metadata={"help": "the longest block (the authors' --max_reps, at least 2)"})
-    longest_test: int = field(
-        default=4096, metadata={"help": "the longest test seq_len n (tests at n = 64, 128, ... up to it)"}
+    num_symbols: int = option(16, "source tokens 0..num_symbols-1 (the authors' --vocab_size)", int_in_range(2))
+    max_reps: int = option(48, "the longest block (the authors' --max_reps, at least 2)", int_in_range(2))
+    longest_test: int = option(
+        4096, "the longest test seq_len n (tests at n = 64, 128, ... up to it)", longest_test_check
     )
 
     name = "asentmax_local_count"
     authors_train_seq_len: ClassVar[tuple[int, int]] = (64, 128)  # --seq_len 96 --vary_len 32
-
-    def __post_init__(self):
-        check_int(self.name, "num_symbols", self.num_symbols, 2)
-        check_int(self.name, "max_reps", self.max_reps, 2)
-        check_longest(self.name, self.longest_test)
 
     @property
     def specials(self) -> Specials:

@@ -43,23 +43,21 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import in_range, int_in_range, is_int, option
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .asentmax_layout import (
     AuthorsTests,
     Specials,
     after_first,
-    check_fraction,
-    check_int,
-    check_longest,
     check_num,
     decode_words,
     encode_words,
+    longest_test_check,
     malformed,
     mean,
     seq_len_splits,
@@ -98,31 +96,25 @@ def _training_vocabulary(abc_size: int, k_len: int, v_len: int, num_words: int) 
 class AsentmaxMQMTAR(AuthorsTests, Task):
     """ASEntmax MQMTAR: multi-token key-value pairs among spaces, queried keys, their values as the target."""
 
-    abc_size: int = field(default=256, metadata={"help": "alphabet of key and value tokens (the authors' --abc_size)"})
-    num_words: int = field(
-        default=10000, metadata={"help": "keys (and values) in a split's vocabulary (the authors' --vocab_size)"}
+    abc_size: int = option(256, "alphabet of key and value tokens (the authors' --abc_size)", int_in_range(2))
+    num_words: int = option(
+        10000, "keys (and values) in a split's vocabulary (the authors' --vocab_size)", int_in_range(1)
     )
-    k_len: int = field(default=2, metadata={"help": "tokens per key (the authors' --k_len)"})
-    v_len: int = field(default=2, metadata={"help": "tokens per value (the authors' --v_len)"})
-    kv_fraction: float = field(
-        default=0.8, metadata={"help": "share of seq_len given to pairs, in (0, 1] (the authors' --num_kv)"}
+    k_len: int = option(2, "tokens per key (the authors' --k_len)", int_in_range(1))
+    v_len: int = option(2, "tokens per value (the authors' --v_len)", int_in_range(1))
+    kv_fraction: float = option(
+        0.8,
+        "share of seq_len given to pairs, in (0, 1] (the authors' --num_kv)",
+        in_range(0.0, 1.0, high_allowed=True, low_allowed=False),
     )
-    num_q: int = field(default=4, metadata={"help": "queries per sequence (the authors' --num_q)"})
-    longest_test: int = field(
-        default=65536, metadata={"help": "the longest test seq_len (tests at 64, 128, ... up to it)"}
-    )
+    num_q: int = option(4, "queries per sequence (the authors' --num_q)", int_in_range(1))
+    longest_test: int = option(65536, "the longest test seq_len (tests at 64, 128, ... up to it)", longest_test_check)
 
     name = "asentmax_mqmtar"
     authors_train_seq_len: ClassVar[tuple[int, int]] = (32, 64)  # --seq_len 48 --vary_len 16
 
     def __post_init__(self):
-        check_int(self.name, "abc_size", self.abc_size, 2)
-        check_int(self.name, "num_words", self.num_words, 1)
-        check_int(self.name, "k_len", self.k_len, 1)
-        check_int(self.name, "v_len", self.v_len, 1)
-        check_fraction(self.name, "kv_fraction", self.kv_fraction, closed_top=True)
-        check_int(self.name, "num_q", self.num_q, 1)
-        check_longest(self.name, self.longest_test)
+        super().__post_init__()
         for what, size in (("k_len", self.k_len), ("v_len", self.v_len)):
             space = self.abc_size**size
             if space > MAX_SPACE:

@@ -27,21 +27,20 @@ Grammar (ids: data 0..num_symbols-1, pad, bos, eos, mask, sep, then labels y0..y
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import int_in_range, is_int, option
 from ..task import Task, TaskBatch, register_task
 from .asentmax_layout import (
     AuthorsTests,
     Specials,
-    check_int,
-    check_longest,
     check_num,
     decode_words,
     encode_words,
+    longest_test_check,
     malformed,
 )
 
@@ -51,21 +50,15 @@ from .asentmax_layout import (
 class AsentmaxNBack(AuthorsTests, Task):
     """ASEntmax n-back: every token labelled with the token num_steps before it (the authors' generator)."""
 
-    num_symbols: int = field(
-        default=16, metadata={"help": "source tokens 0..num_symbols-1 (the authors' --vocab_size)"}
-    )
-    num_steps: int = field(default=2, metadata={"help": "how far back the label looks (the authors' --num_steps)"})
-    longest_test: int = field(
-        default=4096, metadata={"help": "the longest test seq_len (tests at 64, 128, ... up to it)"}
-    )
+    num_symbols: int = option(16, "source tokens 0..num_symbols-1 (the authors' --vocab_size)", int_in_range(2))
+    num_steps: int = option(2, "how far back the label looks (the authors' --num_steps)", int_in_range(1))
+    longest_test: int = option(4096, "the longest test seq_len (tests at 64, 128, ... up to it)", longest_test_check)
 
     name = "asentmax_nback"
     authors_train_seq_len: ClassVar[tuple[int, int]] = (32, 64)
 
     def __post_init__(self):
-        check_int(self.name, "num_symbols", self.num_symbols, 2)
-        check_int(self.name, "num_steps", self.num_steps, 1)
-        check_longest(self.name, self.longest_test)
+        super().__post_init__()
         if self.num_steps >= self.authors_train_seq_len[0]:
             raise ValueError(
                 f"{self.name}: num_steps = {self.num_steps}; expected fewer than the shortest training seq_len "

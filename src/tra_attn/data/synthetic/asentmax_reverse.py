@@ -12,12 +12,14 @@ asentmax_source_target.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from ...utils.checks import option
 from ..task import register_task
-from .asentmax_source_target import SourceTarget
+from .asentmax_layout import longest_test_check
+from .asentmax_source_target import SourceTarget, num_symbols_check
 
 
 @register_task
@@ -25,9 +27,9 @@ from .asentmax_source_target import SourceTarget
 class AsentmaxReverse(SourceTarget):
     """ASEntmax reverse: n uniform tokens, then the same n tokens in reverse order."""
 
-    num_symbols: int = field(default=32, metadata={"help": "data tokens 0..num_symbols-1 (the authors' --vocab_size)"})
-    longest_test: int = field(
-        default=512, metadata={"help": "the longest test seq_len n (tests at n = 64, 128, ... up to it)"}
+    num_symbols: int = option(32, "data tokens 0..num_symbols-1 (the authors' --vocab_size)", num_symbols_check)
+    longest_test: int = option(
+        512, "the longest test seq_len n (tests at n = 64, 128, ... up to it)", longest_test_check
     )
 
     name = "asentmax_reverse"

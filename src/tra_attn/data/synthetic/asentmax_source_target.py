@@ -25,34 +25,30 @@ from typing import ClassVar
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import int_in_range, is_int
 from ..task import Task, TaskBatch
 from .asentmax_layout import (
     AuthorsTests,
     Specials,
     after_first,
-    check_int,
-    check_longest,
     check_num,
     decode_words,
     encode_words,
     malformed,
 )
 
+num_symbols_check = int_in_range(2)  # generate_data.py: vocab_size >= 2
+
 
 class SourceTarget(AuthorsTests, Task):
     """A source of n uniform data tokens, then its image under ``target`` (subclasses: frozen dataclasses with the
-    fields ``num_symbols`` and ``longest_test``)."""
+    fields ``num_symbols``, checked by ``num_symbols_check``, and ``longest_test``)."""
 
     authors_train_seq_len: ClassVar[tuple[int, int]] = (32, 64)  # --seq_len 48 --vary_len 16
     what: ClassVar[str] = ""  # the target, in words, for messages
 
     num_symbols: int
     longest_test: int
-
-    def __post_init__(self):
-        check_int(self.name, "num_symbols", self.num_symbols, 2)  # generate_data.py: vocab_size >= 2
-        check_longest(self.name, self.longest_test)
 
     def target(self, source: torch.Tensor) -> torch.Tensor:
         """(N, n) -> (N, n): the target of every source row."""

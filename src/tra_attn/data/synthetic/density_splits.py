@@ -1,32 +1,20 @@
-"""What the length-generalisation tasks (mqar, selective_copy, majority) share: parameter checks, and test
-splits that shift one density field at the training length and then lengthen the sequences."""
+"""What the length-generalisation tasks (mqar, selective_copy, majority) share: the check of ``sample``'s ``num``,
+and test splits that shift one density field at the training length and then lengthen the sequences."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ...utils.checks import is_int, is_number
+from ...utils.checks import is_int
 from ..task import TEST_SEED, EvalSplit, Task, split_sequences
 
 LONG_FACTORS = (2, 4, 8)  # the iid splits beyond the training length, as multiples of it
-
-
-def check_int(task: str, name: str, value, low: int) -> int:
-    if not is_int(value) or value < low:
-        raise ValueError(f"{task}: {name} = {value!r}; expected an integer >= {low}")
-    return value
 
 
 def check_num(task: str, num) -> int:
     if not is_int(num) or num < 0:
         raise ValueError(f"{task}: num = {num!r}; expected a non-negative integer")
     return num
-
-
-def check_density(task: str, name: str, value) -> float:
-    if not is_number(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{task}: {name} = {value!r}; expected a fraction in [0, 1)")
-    return float(value)
 
 
 def sparse_density(p: float) -> float:

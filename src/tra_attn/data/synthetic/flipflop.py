@@ -13,11 +13,11 @@ Token ids follow the TRA authors' notebook: [PAD]=0, w=1, r=2, i=3, '0'=4, '1'=5
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_int, is_number
+from ...utils.checks import boolean, check_declared, in_range, is_int, option
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 CHARS = "wri01"
@@ -26,12 +26,6 @@ VOCAB_SIZE = 6
 _CHAR_TO_ID = {c: i + 1 for i, c in enumerate(CHARS)}
 _ID_TO_CHAR = {i: c for c, i in _CHAR_TO_ID.items()}
 ROLES = ("latest write", "older write", "ignore", "other read", "the read")  # key_roles
-
-
-def check_p_ignore(p_ignore) -> float:
-    if not is_number(p_ignore) or not 0.0 <= p_ignore < 1.0:
-        raise ValueError(f"flip-flop: p_ignore = {p_ignore!r}; expected a probability in [0, 1)")
-    return float(p_ignore)
 
 
 def check_length(length) -> int:
@@ -66,17 +60,15 @@ def split_params(length: int) -> list[tuple[str, float, int]]:
 class FlipFlop(Task):
     """The FFL(p_ignore) distribution over sequences of any even length."""
 
-    p_ignore: float = field(default=0.8, metadata={"help": "probability of an ignore instruction"})
-    final_read: bool = field(default=False, metadata={"help": "force the last instruction to be a read"})
+    p_ignore: float = option(0.8, "probability of an ignore instruction", in_range(0.0, 1.0, what="a probability"))
+    final_read: bool = option(False, "force the last instruction to be a read", boolean)
 
     name = "flipflop"
     is_default = True  # the paper's task: what `tra train` trains on unless told otherwise
     vocab_size = VOCAB_SIZE
 
     def __post_init__(self):
-        check_p_ignore(self.p_ignore)
-        if not isinstance(self.final_read, bool):
-            raise ValueError(f"flip-flop: final_read = {self.final_read!r}; expected true or false")
+        check_declared(self, prefix="flip-flop: ")  # the task's messages say "flip-flop", not its name
 
     def check_length(self, length) -> int:
         return check_length(length)

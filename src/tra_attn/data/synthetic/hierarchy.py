@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...utils.checks import is_int, is_number
+from ...utils.checks import Check, in_range, int_in_range, is_int, is_number, option
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task, split_sequences
 
 ALPHABET = ".()=?~" + string.ascii_lowercase + string.digits
@@ -50,17 +50,16 @@ OOD_FACTOR = 2  # the out-of-distribution splits double r_count, conslen or both
 _CHAR_TO_ID = {c: i for i, c in enumerate(ALPHABET)}
 
 
-def _check_int(name: str, value, low: int, high: int | None = None) -> None:
-    if not is_int(value) or value < low or (high is not None and value > high):
-        expected = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
-        raise ValueError(f"hierarchy: {name} = {value!r}; expected {expected}")
+def _probability(why_not_zero: str) -> Check:
+    """A probability in (0, 1); zero is refused with ``why_not_zero``."""
+    below_one = in_range(0.0, 1.0, what="a probability")
 
+    def check(value) -> str | None:
+        if below_one(value):
+            return "a probability in (0, 1)"
+        return f"a probability in (0, 1): {why_not_zero}" if is_number(value) and value == 0 else None
 
-def _check_probability(name: str, value, why_not_zero: str) -> None:
-    if not is_number(value) or not (0.0 <= value < 1.0):
-        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1)")
-    if value == 0:
-        raise ValueError(f"hierarchy: {name} = {value!r}; expected a probability in (0, 1): {why_not_zero}")
+    return check
 
 
 def _show(token: int) -> str:
@@ -80,26 +79,22 @@ def read_mask(tokens: torch.Tensor) -> torch.Tensor:
 class Hierarchy(Task):
     """Hierarchical variable recall: gets resolve to the innermost open scope's assignment."""
 
-    r_count: int = field(default=3, metadata={"help": "top-level scopes (non-terminals) per sequence"})
-    conslen: int = field(default=4, metadata={"help": "statements (terminals) directly inside every scope"})
-    depth: int = field(default=3, metadata={"help": "nesting levels of every top-level scope (1: no nesting)"})
-    branching: int = field(default=1, metadata={"help": "child scopes of every scope above the deepest level"})
-    num_variables: int = field(default=4, metadata={"help": "variables in use, 'a' onwards (at most 26)"})
-    num_values: int = field(default=10, metadata={"help": "values in use, '0' onwards (2 to 10)"})
-    p_read: float = field(default=0.4, metadata={"help": "probability that a statement is a get"})
-    p_set: float = field(default=0.4, metadata={"help": "probability of a set (the rest are mentions)"})
+    r_count: int = option(3, "top-level scopes (non-terminals) per sequence", int_in_range(1))
+    conslen: int = option(4, "statements (terminals) directly inside every scope", int_in_range(1))
+    depth: int = option(3, "nesting levels of every top-level scope (1: no nesting)", int_in_range(1, MAX_DEPTH))
+    branching: int = option(1, "child scopes of every scope above the deepest level", int_in_range(1))
+    num_variables: int = option(4, "variables in use, 'a' onwards (at most 26)", int_in_range(1, MAX_VARIABLES))
+    num_values: int = option(10, "values in use, '0' onwards (2 to 10)", int_in_range(2, MAX_VALUES))
+    p_read: float = option(
+        0.4, "probability that a statement is a get", _probability("the gets' values are the only scored tokens")
+    )
+    p_set: float = option(0.4, "probability of a set (the rest are mentions)", _probability("gets need assignments"))
 
     name = "hierarchy"
     vocab_size = VOCAB_SIZE
 
     def __post_init__(self):
-        for name in ("r_count", "conslen", "branching"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("depth", self.depth, 1, MAX_DEPTH)
-        _check_int("num_variables", self.num_variables, 1, MAX_VARIABLES)
-        _check_int("num_values", self.num_values, 2, MAX_VALUES)
-        _check_probability("p_read", self.p_read, "the gets' values are the only scored tokens")
-        _check_probability("p_set", self.p_set, "gets need assignments")
+        super().__post_init__()
         if self.p_read + self.p_set > 1:
             raise ValueError(
                 f"hierarchy: p_read + p_set = {self.p_read} + {self.p_set}; expected at most 1 "

@@ -24,13 +24,13 @@ Token ids: blank '.'=0, marker '*'=1, query '?'=2, '0'=3, '1'=4.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import in_range, is_int, option
 from ..task import EvalSplit, Task, TaskBatch, register_task
-from .density_splits import check_density, density_splits
+from .density_splits import density_splits
 
 CHARS = ".*?01"
 BLANK, MARK, QUERY, ZERO, ONE = range(5)
@@ -46,24 +46,24 @@ def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def _odd(value) -> str | None:
+    return None if is_int(value) and value >= 1 and value % 2 else "a positive odd integer (no ties)"
+
+
 @register_task
 @dataclass(frozen=True)
 class Majority(Task):
     """Majority of the marked bits among unmarked distractor bits, answered after a query token."""
 
-    num_marked: int = field(default=7, metadata={"help": "marked bits per sequence (odd: no ties)"})
-    distractor_density: float = field(
-        default=0.5, metadata={"help": "fraction of the tokens before the query that are distractor bits, in [0, 1)"}
+    num_marked: int = option(7, "marked bits per sequence (odd: no ties)", _odd)
+    distractor_density: float = option(
+        0.5,
+        "fraction of the tokens before the query that are distractor bits, in [0, 1)",
+        in_range(0.0, 1.0, what="a fraction"),
     )
 
     name = "majority"
     vocab_size = VOCAB_SIZE
-
-    def __post_init__(self):
-        n = self.num_marked
-        if not is_int(n) or n < 1 or n % 2 == 0:
-            raise ValueError(f"majority: num_marked = {n!r}; expected a positive odd integer (no ties)")
-        check_density("majority", "distractor_density", self.distractor_density)
 
     def layout(self, length: int) -> tuple[int, int]:
         """(distractor bits, blanks) of a ``length``-token sequence; blanks < 0 if the marked bits do not fit."""

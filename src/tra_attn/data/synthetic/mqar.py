@@ -22,13 +22,13 @@ Token ids: filler '.'=0, separator '|'=1, keys 'k0'... = 2..., values 'v0'... af
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import in_range, int_in_range, is_int, option
 from ..task import EvalSplit, Task, TaskBatch, register_task
-from .density_splits import check_density, check_int, density_splits
+from .density_splits import density_splits
 
 FILLER, SEP, KEY0 = 0, 1, 2
 ROLES = ("bound key", "bound value", "other pair", "separator", "earlier query", "filler", "the query")  # key_roles
@@ -43,18 +43,15 @@ def round_half_up(x: float) -> int:
 class MultiQueryRecall(Task):
     """Multi-query associative recall: key-value pairs, then queried keys whose bound values are scored."""
 
-    num_pairs: int = field(default=8, metadata={"help": "key-value pairs per sequence (distinct keys)"})
-    num_keys: int = field(default=32, metadata={"help": "key vocabulary size (at least num_pairs)"})
-    num_values: int = field(default=32, metadata={"help": "value vocabulary size (at least 2)"})
-    filler_density: float = field(default=0.5, metadata={"help": "fraction of filler tokens, in [0, 1)"})
+    num_pairs: int = option(8, "key-value pairs per sequence (distinct keys)", int_in_range(1))
+    num_keys: int = option(32, "key vocabulary size (at least num_pairs)", int_in_range(1))
+    num_values: int = option(32, "value vocabulary size (at least 2)", int_in_range(2))
+    filler_density: float = option(0.5, "fraction of filler tokens, in [0, 1)", in_range(0.0, 1.0, what="a fraction"))
 
     name = "mqar"
 
     def __post_init__(self):
-        check_int("mqar", "num_pairs", self.num_pairs, 1)
-        check_int("mqar", "num_keys", self.num_keys, 1)
-        check_int("mqar", "num_values", self.num_values, 2)
-        check_density("mqar", "filler_density", self.filler_density)
+        super().__post_init__()
         if self.num_keys < self.num_pairs:
             raise ValueError(
                 f"mqar: num_keys = {self.num_keys}; expected at least num_pairs = {self.num_pairs} "

@@ -23,11 +23,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_int, is_number
+from ...utils.checks import in_range, int_in_range, is_int, option, optional
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch, register_task
 
 KEY_MARK, QUESTION, FILLER0 = 10, 11, 12
@@ -36,6 +36,12 @@ CHARS = string.digits + "#?" + string.ascii_lowercase
 FILLER_KINDS = ("repeat", "iid")
 LENGTH_FACTORS = (1, 2, 4, 8, 16)  # the test lengths, as multiples of the training length
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the test depths at every length
+# A depth parameter (passkey's, the RULER needles'): None, uniform over every place, or a fraction in [0, 1].
+DEPTH = optional(in_range(0.0, 1.0, high_allowed=True, what="a fraction"), "None (uniform)")
+
+
+def _filler_kind(value) -> str | None:
+    return None if value in FILLER_KINDS else f"one of {list(FILLER_KINDS)}"
 
 
 def answer_mask(tokens: torch.Tensor) -> torch.Tensor:
@@ -73,32 +79,18 @@ def length_depth_splits(task, train_length: int, sequences: int) -> list[EvalSpl
 class Passkey(Task):
     """Passkey retrieval: a digit key hidden at a depth in filler, recalled after the question."""
 
-    key_digits: int = field(default=5, metadata={"help": "digits of the key (the scored answer)"})
-    depth: float | None = field(
-        default=None,
-        metadata={
-            "help": "where the key block starts, as a fraction of the filler before it, in [0, 1] "
-            "(default: uniform over every place, the training distribution)",
-            "type": float,
-        },
+    key_digits: int = option(5, "digits of the key (the scored answer)", int_in_range(1))
+    depth: float | None = option(
+        None,
+        "where the key block starts, as a fraction of the filler before it, in [0, 1] "
+        "(default: uniform over every place, the training distribution)",
+        DEPTH,
+        flag_type=float,
     )
-    filler: str = field(default="repeat", metadata={"help": "filler: 'repeat' (a cycle of the symbols) or 'iid'"})
-    num_filler: int = field(default=8, metadata={"help": f"filler symbols 'a' onwards (1 to {MAX_FILLER})"})
+    filler: str = option("repeat", "filler: 'repeat' (a cycle of the symbols) or 'iid'", _filler_kind)
+    num_filler: int = option(8, f"filler symbols 'a' onwards (1 to {MAX_FILLER})", int_in_range(1, MAX_FILLER))
 
     name = "passkey"
-
-    def __post_init__(self):
-        k = self.key_digits
-        if not is_int(k) or k < 1:
-            raise ValueError(f"passkey: key_digits = {k!r}; expected an integer >= 1")
-        d = self.depth
-        if d is not None and (not is_number(d) or not 0.0 <= d <= 1.0):
-            raise ValueError(f"passkey: depth = {d!r}; expected None (uniform) or a fraction in [0, 1]")
-        if self.filler not in FILLER_KINDS:
-            raise ValueError(f"passkey: filler = {self.filler!r}; expected one of {list(FILLER_KINDS)}")
-        n = self.num_filler
-        if not is_int(n) or not 1 <= n <= MAX_FILLER:
-            raise ValueError(f"passkey: num_filler = {n!r}; expected an integer in [1, {MAX_FILLER}]")
 
     @property
     def vocab_size(self) -> int:

@@ -22,12 +22,13 @@ longer lists take more distinct words): a length needs num_cw + U <= num_words.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from ...utils.checks import int_in_range, option
 from ..task import TaskBatch, register_task
-from .ruler_layout import ANSWER, QUERY, WORD0, RulerTask, answer_mask, check_int, check_num, mean
+from .ruler_layout import ANSWER, QUERY, WORD0, RulerTask, answer_mask, check_num, mean
 
 
 @register_task
@@ -35,20 +36,15 @@ from .ruler_layout import ANSWER, QUERY, WORD0, RulerTask, answer_mask, check_in
 class RulerCommonWords(RulerTask):
     """RULER cwe: a shuffled list where a few words repeat often and the rest rarely; the common ones answered."""
 
-    num_cw: int = field(default=10, metadata={"help": "common words, the answer (RULER's num_cw)"})
-    freq_cw: int = field(default=30, metadata={"help": "occurrences of each common word (RULER's freq_cw)"})
-    freq_ucw: int = field(
-        default=3, metadata={"help": "occurrences of each uncommon word, below freq_cw (RULER's freq_ucw)"}
-    )
-    num_words: int = field(default=4096, metadata={"help": "the word vocabulary (words w0...)"})
+    num_cw: int = option(10, "common words, the answer (RULER's num_cw)", int_in_range(1))
+    freq_cw: int = option(30, "occurrences of each common word (RULER's freq_cw)", int_in_range(2))
+    freq_ucw: int = option(3, "occurrences of each uncommon word, below freq_cw (RULER's freq_ucw)", int_in_range(1))
+    num_words: int = option(4096, "the word vocabulary (words w0...)", int_in_range(1))
 
     name = "ruler_common_words"
 
     def __post_init__(self):
-        check_int(self.name, "num_cw", self.num_cw, 1)
-        check_int(self.name, "freq_cw", self.freq_cw, 2)
-        check_int(self.name, "freq_ucw", self.freq_ucw, 1)
-        check_int(self.name, "num_words", self.num_words, 1)
+        super().__post_init__()
         if self.freq_ucw >= self.freq_cw:
             raise ValueError(
                 f"{self.name}: freq_ucw = {self.freq_ucw}; expected fewer than freq_cw = {self.freq_cw} occurrences "

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_number
+from ...utils.checks import in_range, int_in_range, option
 from ..task import TaskBatch, register_task
-from .ruler_layout import ANSWER, NOISE, QUERY, WORD0, RulerTask, answer_mask, check_int, check_num, mean
+from .ruler_layout import ANSWER, NOISE, QUERY, WORD0, RulerTask, answer_mask, check_num, mean
 
 
 def zeta(alpha: float, terms: int = 64) -> float:
@@ -70,18 +70,18 @@ def fitting_n(alpha: float, ranks: int, context: int) -> int:
 class RulerFrequentWords(RulerTask):
     """RULER fwe: Zipf-distributed words with a noise word on top; the next most frequent words answered."""
 
-    alpha: float = field(default=2.0, metadata={"help": "the Zipf (zeta) exponent, above 1 (RULER's alpha)"})
-    num_top: int = field(default=3, metadata={"help": "words answered, most frequent first (RULER's 3)"})
-    num_words: int = field(default=128, metadata={"help": "the word vocabulary (words w0...), ranks 2 onwards"})
+    alpha: float = option(
+        2.0,
+        "the Zipf (zeta) exponent, above 1 (RULER's alpha)",
+        in_range(1.0, 16.0, high_allowed=True, note=" (zeta diverges at 1)", low_allowed=False),
+    )
+    num_top: int = option(3, "words answered, most frequent first (RULER's 3)", int_in_range(1))
+    num_words: int = option(128, "the word vocabulary (words w0...), ranks 2 onwards", int_in_range(1))
 
     name = "ruler_frequent_words"
 
     def __post_init__(self):
-        a = self.alpha
-        if not is_number(a) or not (math.isfinite(a) and 1.0 < a <= 16.0):
-            raise ValueError(f"{self.name}: alpha = {a!r}; expected a number in (1, 16] (zeta diverges at 1)")
-        check_int(self.name, "num_top", self.num_top, 1)
-        check_int(self.name, "num_words", self.num_words, 1)
+        super().__post_init__()
         if self.num_words < self.num_top:
             raise ValueError(
                 f"{self.name}: num_words = {self.num_words}; expected at least num_top = {self.num_top} words"

@@ -37,7 +37,7 @@ import torch
 
 from ...utils.checks import is_int
 from ..task import TEST_SEED, EvalSplit, Task, TaskBatch
-from .density_splits import check_int, check_num  # noqa: F401 (the suite's modules import them here)
+from .density_splits import check_num  # noqa: F401 (the suite's modules import it here)
 from .passkey import LENGTH_FACTORS
 
 FULL_TEST_FACTOR = 4  # the longest test length, in training lengths, whose splits hold the whole budget
@@ -51,13 +51,14 @@ IDS = {symbol: i for i, symbol in enumerate(SYMBOLS)}
 HAYSTACKS = ("noise", "essay")  # RULER's type_haystack values we build (docs/ruler_suite.md: 'needle' is not)
 
 
-def check_haystack(task: str, haystack) -> str:
-    if haystack not in HAYSTACKS:
-        raise ValueError(
-            f"{task}: haystack = {haystack!r}; expected one of {list(HAYSTACKS)} ('noise': the filler symbols "
-            "repeated in a cycle; 'essay': filler symbols drawn at random)"
-        )
-    return haystack
+def haystack_kind(value) -> str | None:
+    """The check of a task's ``haystack``: one of HAYSTACKS."""
+    if value in HAYSTACKS:
+        return None
+    return (
+        f"one of {list(HAYSTACKS)} ('noise': the filler symbols repeated in a cycle; 'essay': filler symbols drawn "
+        "at random)"
+    )
 
 
 def round_half_up(x: float) -> int:

@@ -26,13 +26,13 @@ values, haystack and other needles at every depth: only the queried needles move
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_number
+from ...utils.checks import int_in_range, option
 from ..task import EvalSplit, TaskBatch, register_task
-from .passkey import length_depth_splits
+from .passkey import DEPTH, length_depth_splits
 from .ruler_haystack import depth_keys, haystack, insert_units, place_keys
 from .ruler_layout import (
     ANSWER,
@@ -42,10 +42,9 @@ from .ruler_layout import (
     SEP,
     WORD0,
     RulerTask,
-    check_haystack,
-    check_int,
     check_num,
     digits_of,
+    haystack_kind,
     is_filler,
     is_word,
     mean,
@@ -61,28 +60,22 @@ HELP_HAYSTACK = "'noise' (RULER's repeated sentence: filler symbols in a cycle) 
 class RulerNeedles(RulerTask):
     """RULER's niah generator: needles (key, digit value) in a haystack, queried keys, their values answered."""
 
-    num_needle_k: int = field(default=1, metadata={"help": HELP_K})
-    num_needle_v: int = field(default=1, metadata={"help": HELP_V})
-    num_needle_q: int = field(default=1, metadata={"help": HELP_Q})
-    value_digits: int = field(default=7, metadata={"help": "digits of a value, the first nonzero (RULER's 7)"})
-    haystack: str = field(default="noise", metadata={"help": HELP_HAYSTACK})
-    depth: float | None = field(
-        default=None,
-        metadata={
-            "help": "where the queried needles sit, as a fraction of the haystack before them, in [0, 1] "
-            "(default: every needle at a uniform place, the training distribution)",
-            "type": float,
-        },
+    num_needle_k: int = option(1, HELP_K, int_in_range(1))
+    num_needle_v: int = option(1, HELP_V, int_in_range(1))
+    num_needle_q: int = option(1, HELP_Q, int_in_range(1))
+    value_digits: int = option(7, "digits of a value, the first nonzero (RULER's 7)", int_in_range(1))
+    haystack: str = option("noise", HELP_HAYSTACK, haystack_kind)
+    depth: float | None = option(
+        None,
+        "where the queried needles sit, as a fraction of the haystack before them, in [0, 1] "
+        "(default: every needle at a uniform place, the training distribution)",
+        DEPTH,
+        flag_type=float,
     )
-    num_words: int = field(default=64, metadata={"help": "the key vocabulary (words w0...), at least num_needle_k"})
+    num_words: int = option(64, "the key vocabulary (words w0...), at least num_needle_k", int_in_range(1))
 
     def __post_init__(self):
-        check_int(self.name, "num_needle_k", self.num_needle_k, 1)
-        check_int(self.name, "num_needle_v", self.num_needle_v, 1)
-        check_int(self.name, "num_needle_q", self.num_needle_q, 1)
-        check_int(self.name, "value_digits", self.value_digits, 1)
-        check_haystack(self.name, self.haystack)
-        check_int(self.name, "num_words", self.num_words, 1)
+        super().__post_init__()
         if self.num_needle_q > self.num_needle_k:
             raise ValueError(
                 f"{self.name}: num_needle_q = {self.num_needle_q}; expected at most num_needle_k = "
@@ -93,9 +86,6 @@ class RulerNeedles(RulerTask):
                 f"{self.name}: num_words = {self.num_words}; expected at least num_needle_k = {self.num_needle_k} "
                 "(the keys of a sequence are distinct words)"
             )
-        d = self.depth
-        if d is not None and (not is_number(d) or not 0.0 <= d <= 1.0):
-            raise ValueError(f"{self.name}: depth = {d!r}; expected None (uniform) or a fraction in [0, 1]")
 
     @property
     def item_width(self) -> int:
@@ -222,8 +212,8 @@ class RulerNiahSingle(RulerNeedles):
 class RulerNiahMultikey(RulerNeedles):
     """RULER niah_multikey_1: four needles of distinct keys in random filler, one key queried."""
 
-    num_needle_k: int = field(default=4, metadata={"help": HELP_K})
-    haystack: str = field(default="essay", metadata={"help": HELP_HAYSTACK})
+    num_needle_k: int = option(4, HELP_K, int_in_range(1))
+    haystack: str = option("essay", HELP_HAYSTACK, haystack_kind)
 
     name = "ruler_niah_multikey"
 
@@ -233,8 +223,8 @@ class RulerNiahMultikey(RulerNeedles):
 class RulerNiahMultivalue(RulerNeedles):
     """RULER niah_multivalue: four needles of one key in random filler, all four values answered."""
 
-    num_needle_v: int = field(default=4, metadata={"help": HELP_V})
-    haystack: str = field(default="essay", metadata={"help": HELP_HAYSTACK})
+    num_needle_v: int = option(4, HELP_V, int_in_range(1))
+    haystack: str = option("essay", HELP_HAYSTACK, haystack_kind)
 
     name = "ruler_niah_multivalue"
 
@@ -244,8 +234,8 @@ class RulerNiahMultivalue(RulerNeedles):
 class RulerNiahMultiquery(RulerNeedles):
     """RULER niah_multiquery: four needles of distinct keys in random filler, all four keys queried."""
 
-    num_needle_k: int = field(default=4, metadata={"help": HELP_K})
-    num_needle_q: int = field(default=4, metadata={"help": HELP_Q})
-    haystack: str = field(default="essay", metadata={"help": HELP_HAYSTACK})
+    num_needle_k: int = option(4, HELP_K, int_in_range(1))
+    num_needle_q: int = option(4, HELP_Q, int_in_range(1))
+    haystack: str = option("essay", HELP_HAYSTACK, haystack_kind)
 
     name = "ruler_niah_multiquery"

@@ -24,10 +24,11 @@ almost never share one; with the answer scored token by token a shared number wo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from ...utils.checks import int_in_range, option
 from ..task import TaskBatch, register_task
 from .ruler_haystack import haystack, insert_units
 from .ruler_layout import (
@@ -39,10 +40,9 @@ from .ruler_layout import (
     WORD0,
     RulerTask,
     answer_mask,
-    check_haystack,
-    check_int,
     check_num,
     digits_of,
+    haystack_kind,
     is_filler,
     mean,
 )
@@ -64,27 +64,22 @@ def distinct_numbers(num: int, count: int, low: int, high: int, gen: torch.Gener
 class RulerVariableTracking(RulerTask):
     """RULER vt: chains of assignments (X1 = 12345, X2 = X1, ...) in filler; the number's variables answered."""
 
-    num_chains: int = field(default=1, metadata={"help": "chains of assignments (RULER's num_chains)"})
-    num_hops: int = field(default=4, metadata={"help": "assignments of a variable to a variable per chain (RULER's)"})
-    value_digits: int = field(default=5, metadata={"help": "digits of a chain's number, the first nonzero (RULER's 5)"})
-    haystack: str = field(
-        default="noise",
-        metadata={
-            "help": "'noise' (RULER's repeated sentence: filler symbols in a cycle) or 'essay' (filler at random)"
-        },
+    num_chains: int = option(1, "chains of assignments (RULER's num_chains)", int_in_range(1))
+    num_hops: int = option(4, "assignments of a variable to a variable per chain (RULER's)", int_in_range(0))
+    value_digits: int = option(5, "digits of a chain's number, the first nonzero (RULER's 5)", int_in_range(1))
+    haystack: str = option(
+        "noise",
+        "'noise' (RULER's repeated sentence: filler symbols in a cycle) or 'essay' (filler at random)",
+        haystack_kind,
     )
-    num_words: int = field(
-        default=64, metadata={"help": "the variable names (words w0...), at least num_chains * (num_hops + 1)"}
+    num_words: int = option(
+        64, "the variable names (words w0...), at least num_chains * (num_hops + 1)", int_in_range(1)
     )
 
     name = "ruler_variable_tracking"
 
     def __post_init__(self):
-        check_int(self.name, "num_chains", self.num_chains, 1)
-        check_int(self.name, "num_hops", self.num_hops, 0)
-        check_int(self.name, "value_digits", self.value_digits, 1)
-        check_haystack(self.name, self.haystack)
-        check_int(self.name, "num_words", self.num_words, 1)
+        super().__post_init__()
         if self.num_words < self.variables:
             raise ValueError(
                 f"{self.name}: num_words = {self.num_words}; expected at least num_chains * (num_hops + 1) = "

@@ -21,13 +21,13 @@ Token ids: noise '.'=0, marker '>'=1, data 'd0'... = 2... (data tokens uniform, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ...utils.checks import is_int
+from ...utils.checks import in_range, int_in_range, is_int, option
 from ..task import EvalSplit, Task, TaskBatch, register_task
-from .density_splits import check_density, check_int, density_splits
+from .density_splits import density_splits
 
 NOISE, MARKER, DATA0 = 0, 1, 2
 
@@ -44,18 +44,15 @@ def copy_mask(tokens: torch.Tensor) -> torch.Tensor:
 class SelectiveCopy(Task):
     """Selective copying: data tokens scattered among noise, reproduced in order after a marker."""
 
-    num_tokens: int = field(default=8, metadata={"help": "data tokens to copy per sequence"})
-    num_symbols: int = field(default=8, metadata={"help": "data vocabulary size (at least 2)"})
-    noise_density: float = field(
-        default=0.8, metadata={"help": "noise between data tokens: mean gap p / (1 - p) tokens, p in [0, 1)"}
+    num_tokens: int = option(8, "data tokens to copy per sequence", int_in_range(1))
+    num_symbols: int = option(8, "data vocabulary size (at least 2)", int_in_range(2))
+    noise_density: float = option(
+        0.8,
+        "noise between data tokens: mean gap p / (1 - p) tokens, p in [0, 1)",
+        in_range(0.0, 1.0, what="a fraction"),
     )
 
     name = "selective_copy"
-
-    def __post_init__(self):
-        check_int("selective_copy", "num_tokens", self.num_tokens, 1)
-        check_int("selective_copy", "num_symbols", self.num_symbols, 2)
-        check_density("selective_copy", "noise_density", self.noise_density)
 
     @property
     def vocab_size(self) -> int:

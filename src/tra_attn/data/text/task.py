@@ -15,17 +15,30 @@ evaluation read the validation text as one stream either way, so their numbers c
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ...utils.checks import boolean, option
 from ..task import EvalSplit, Task, TaskBatch, register_task
 from .corpus import BENCHMARKS, TokenArray, benchmark_files, corpus_files, tokenize_corpus
 from .tokenizers import TOKENIZERS, make_tokenizer
 from .windows import batch_from_windows, train_window_starts, window_segments
 
 EVAL_FACTORS = (1, 2, 4, 8, 16)
+
+
+def _corpus(value) -> str | None:
+    return None if isinstance(value, str) and value else "a benchmark name or a path"
+
+
+def _tokenizer_name(value) -> str | None:
+    return None if value in TOKENIZERS else f"one of {sorted(TOKENIZERS)}"
+
+
+def _path_or_none(value) -> str | None:
+    return None if value is None or (isinstance(value, str) and value) else "a path"
 
 
 @functools.lru_cache(maxsize=4)
@@ -71,35 +84,23 @@ def _windows(
 class LanguageModelling(Task):
     """Next-token prediction on a text corpus (a benchmark, or your own files)."""
 
-    corpus: str = field(default="austen", metadata={"help": f"a benchmark ({', '.join(BENCHMARKS)}) or a text path"})
-    validation_text: str | None = field(default=None, metadata={"help": "held-out text, when corpus is a path"})
-    tokenizer: str = field(default="byte", metadata={"help": f"one of {', '.join(TOKENIZERS)}"})
-    data_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "folder of the benchmark's files (default: austen's files ship with the package; "
-            "wikitext103's come through the datasets package)"
-        },
+    corpus: str = option("austen", f"a benchmark ({', '.join(BENCHMARKS)}) or a text path", _corpus)
+    validation_text: str | None = option(None, "held-out text, when corpus is a path", _path_or_none)
+    tokenizer: str = option("byte", f"one of {', '.join(TOKENIZERS)}", _tokenizer_name)
+    data_dir: str | None = option(
+        None,
+        "folder of the benchmark's files (default: austen's files ship with the package; "
+        "wikitext103's come through the datasets package)",
+        _path_or_none,
     )
-    pack: bool = field(
-        default=False, metadata={"help": "training windows of packed documents: no token attends to another"}
-    )
+    pack: bool = option(False, "training windows of packed documents: no token attends to another", boolean)
 
     name = "lm"
     has_text_format = False
     scored_per_sequence = False  # loss, perplexity, bits per byte: nothing to train to fit on
 
     def __post_init__(self):
-        if not isinstance(self.corpus, str) or not self.corpus:
-            raise ValueError(f"lm: corpus = {self.corpus!r}; expected a benchmark name or a path")
-        if self.tokenizer not in TOKENIZERS:
-            raise ValueError(f"lm: tokenizer = {self.tokenizer!r}; expected one of {sorted(TOKENIZERS)}")
-        for name in ("validation_text", "data_dir"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"lm: {name} = {value!r}; expected a path")
-        if not isinstance(self.pack, bool):
-            raise ValueError(f"lm: pack = {self.pack!r}; expected true or false")
+        super().__post_init__()
         if self.corpus not in BENCHMARKS and self.validation_text is None:
             raise ValueError(
                 f"lm: corpus = {self.corpus!r} is a path, and validation_text = None; expected validation_text=PATH "
