@@ -10,7 +10,7 @@ import torch
 from tra_attn import ModelConfig, TransformerLM
 from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.methods import Method
-from tra_attn.experiments.parameters import matched_mlp, mlp_width, model_parameters, parameter_count, with_mlp_width
+from tra_attn.experiments.parameters import matched_mlp, model_parameters, parameter_count, with_mlp_width
 from tra_attn.experiments.registry import experiments
 from tra_attn.experiments.spec import Question
 
@@ -41,15 +41,15 @@ def test_a_matched_model_is_within_two_percent_through_its_mlp_width(kind):
     assert abs(model_parameters(matched) - target) <= 0.02 * target
     assert dataclasses.replace(matched, mlp_ratio=model.mlp_ratio) == model  # the MLP width alone changed
     # The nearest width: one unit more or less is no closer.
-    width = mlp_width(matched)
+    width = matched.mlp_width
     for other in (width - 1, width + 1):
         assert abs(model_parameters(with_mlp_width(model, other)) - target) >= abs(model_parameters(matched) - target)
-    assert mlp_width(TransformerLM(matched).config) == width
+    assert TransformerLM(matched).blocks[0].mlp.down.in_features == width  # the model builds that width
 
 
 def test_widths_that_float_rounding_would_lose_are_kept():
     model = ModelConfig(vocab_size=40, d_model=48, n_layers=1, n_heads=4)
-    assert all(mlp_width(with_mlp_width(model, width)) == width for width in range(1, 400))
+    assert all(with_mlp_width(model, width).mlp_width == width for width in range(1, 400))
 
 
 def test_a_model_too_large_outside_its_mlp_is_refused_by_name():
@@ -71,6 +71,6 @@ def test_a_question_matches_every_method_to_its_reference_but_one_that_sets_its_
     assert config["TRA"] == as_built["TRA"] and config[gated.label] == as_built[gated.label]
     assert model_parameters(as_built["FoX Pro"]) > 1.05 * target  # FoX Pro's layer is larger ...
     assert abs(model_parameters(config["FoX Pro"]) - target) <= 0.02 * target  # ... and its MLP narrower
-    assert mlp_width(config["FoX Pro"]) < mlp_width(config["TRA"])
+    assert config["FoX Pro"].mlp_width < config["TRA"].mlp_width
     with pytest.raises(ValueError, match=r"Question\.match_parameters = Method\(kind='nope'.*expected one of the q"):
         dataclasses.replace(question, match_parameters=Method("nope"))

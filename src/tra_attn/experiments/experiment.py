@@ -52,8 +52,8 @@ class Experiment:
         scores = mean_scores(rows, self.selection_metric, self.higher_is_better, cap=self.fit_accuracy)
         if not scores:
             return None
-        (chosen,) = self.select_lrs(rows).values()
         (method,) = {method for method, _ in scores}
+        chosen = max(sorted(lr for _, lr in scores), key=lambda lr: scores[(method, lr)])  # ties: the smallest rate
         sign = 1.0 if self.higher_is_better else -1.0
         ceiling = math.inf if self.fit_accuracy is None else sign * self.fit_accuracy
         return extension(grid, chosen, scores[(method, chosen)], ceiling, added)

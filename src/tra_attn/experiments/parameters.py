@@ -35,17 +35,12 @@ def model_parameters(model: ModelConfig) -> int:
     return _count(json.dumps(model.to_dict(), sort_keys=True))
 
 
-def mlp_width(model: ModelConfig) -> int:
-    """The SwiGLU hidden width a config builds (``TransformerLM``'s rule)."""
-    return int(model.mlp_ratio * model.d_model)
-
-
 def with_mlp_width(model: ModelConfig, width: int) -> ModelConfig:
     """``model`` with an MLP ``width`` wide: the ``mlp_ratio`` that builds exactly that width."""
-    ratio = width / model.d_model
-    if int(ratio * model.d_model) != width:  # a ratio that float rounding puts just below the width
-        ratio = math.nextafter(ratio, math.inf)
-    return dataclasses.replace(model, mlp_ratio=ratio)
+    matched = dataclasses.replace(model, mlp_ratio=width / model.d_model)
+    if matched.mlp_width != width:  # a ratio that float rounding puts just below the width
+        matched = dataclasses.replace(model, mlp_ratio=math.nextafter(matched.mlp_ratio, math.inf))
+    return matched
 
 
 def matched_mlp(model: ModelConfig, target: int, what: str) -> ModelConfig:

@@ -7,6 +7,7 @@ import math
 import statistics as stats
 from collections import defaultdict
 
+from ..models import ModelConfig
 from .methods import PALETTE, label_value
 from .parameters import parameter_count
 from .selection import MAX_EXTENSIONS
@@ -111,8 +112,7 @@ def methods_section(results, level: str) -> list[str]:
         rate = rate_cell(results.grids.get(m.label, ()), results.selected.get(m.label), sweep_seeds, given)
         count = f"{parameter_count(configs[m.label]):,}"
         if reference is not None:
-            model = configs[m.label]["model"]
-            count += f" (MLP {int(model['mlp_ratio'] * model['d_model'])})"
+            count += f" (MLP {ModelConfig.from_dict(configs[m.label]['model']).mlp_width})"
         lines.append(f"| {m.label} | `{m.kind}` | {m.changes()} | {count} | {rate} |")
     lines += ["", "Parameters: the whole model's, embeddings included, as the method's config builds it."]
     if reference is not None:

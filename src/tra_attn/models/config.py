@@ -141,7 +141,7 @@ class ModelConfig:
         check_declared(self)
         if self.d_model % self.n_heads:
             fail("d_model", f"a multiple of n_heads = {self.n_heads}")
-        if int(self.mlp_ratio * self.d_model) < 1:
+        if self.mlp_width < 1:
             fail(
                 "mlp_ratio",
                 f"a ratio giving an MLP at least 1 wide (mlp_ratio * d_model >= 1, d_model = {self.d_model})",
@@ -165,6 +165,11 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return {"version": VERSION, **dataclasses.asdict(self)}
+
+    @property
+    def mlp_width(self) -> int:
+        """The SwiGLU hidden width the model builds: ``mlp_ratio * d_model``, rounded down."""
+        return int(self.mlp_ratio * self.d_model)
 
     @classmethod
     def from_dict(cls, data: dict, partial: bool = False, where=None) -> ModelConfig:

@@ -31,7 +31,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        hidden = int(config.mlp_ratio * config.d_model)
+        hidden = config.mlp_width
         self.up = nn.Linear(config.d_model, 2 * hidden, bias=config.mlp_bias)
         self.down = nn.Linear(hidden, config.d_model, bias=config.mlp_bias)
         self.dropout = nn.Dropout(config.dropout)
