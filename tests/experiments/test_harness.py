@@ -52,7 +52,7 @@ def half_scale_layer():
 
 
 def test_a_kind_registered_in_a_test_file_is_a_method_with_a_derived_label_and_colour(half_scale_layer):
-    from tra_attn.experiments.tables import Legend
+    from tra_attn.experiments.pages.tables import Legend
 
     method = Method("half_scale_nope", options={"factor": 0.25})
     assert method.label == "half_scale_nope (factor=0.25)" and method.color == ""

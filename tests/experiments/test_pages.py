@@ -11,11 +11,11 @@ from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.fit import steps_to_fit, steps_to_fit_cell
 from tra_attn.experiments.flipflop.report import flipflop_columns, markdown_table, unfit_methods
 from tra_attn.experiments.methods import Method, kinds
+from tra_attn.experiments.pages.tables import Legend, sweep_table
 from tra_attn.experiments.registry import experiments
 from tra_attn.experiments.selection import beyond, extension
 from tra_attn.experiments.spec import Question
 from tra_attn.experiments.suite import SUITE_TASKS
-from tra_attn.experiments.tables import Legend, sweep_table
 
 SRC = Path(__file__).parents[2] / "src" / "tra_attn"
 LEGEND = Legend(kinds("tra", "rope", "cope", "nope"))
@@ -190,12 +190,12 @@ def test_no_experiment_module_imports_the_cli():
 
 @pytest.mark.parametrize("notes", ["Text.\n", "## Discussion\n\nText.\n", "\n## Discussion\nText."])
 def test_a_page_has_one_discussion_heading_whether_or_not_the_notes_open_with_it(notes):
-    from tra_attn.experiments.tables import discussion_lines
+    from tra_attn.experiments.pages.tables import discussion_lines
 
     assert discussion_lines(notes) == ["## Discussion", "", "Text."]
 
 
 def test_notes_that_open_with_another_heading_keep_it():
-    from tra_attn.experiments.tables import discussion_lines
+    from tra_attn.experiments.pages.tables import discussion_lines
 
     assert discussion_lines("## Discussion of X\n\nText.") == ["## Discussion", "", "## Discussion of X\n\nText."]

@@ -19,11 +19,11 @@ from tra_attn.experiments.asentmax.published import PUBLISHED
 from tra_attn.experiments.asentmax.report import published_lines, reach, seq_len_columns, summary_cells
 from tra_attn.experiments.engine import run_config
 from tra_attn.experiments.methods import Method
+from tra_attn.experiments.pages.tables import Legend
 from tra_attn.experiments.registry import experiments
 from tra_attn.experiments.ruler import RULER_TASKS
 from tra_attn.experiments.ruler.report import is_needle, longest_cells
 from tra_attn.experiments.spec import Question
-from tra_attn.experiments.tables import Legend
 
 
 @pytest.mark.parametrize("task", [*ASENTMAX_TASKS, *RULER_TASKS])

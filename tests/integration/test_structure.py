@@ -110,11 +110,44 @@ def test_the_checker_sees_a_deferred_import_circle(tmp_path):
     assert cycles(graph) == [["a", "b"]]
 
 
+EXPERIMENTS = f"{PACKAGE}.experiments"
+SHARED_PAGES = f"{EXPERIMENTS}.pages"
+
+
+def experiment_package(name: str) -> str | None:
+    """The experiment package ``name`` lies in (``tra_attn.experiments.passkey``), or None: outside the experiments,
+    in a module shared by all of them, or in the pages they share."""
+    parts = name.split(".")
+    package = ".".join(parts[:3])
+    if len(parts) < 3 or package == SHARED_PAGES or not name.startswith(EXPERIMENTS + "."):
+        return None
+    return package if MODULES[package].name == "__init__.py" else None
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for every module of one experiment package that imports a module of another."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        own = experiment_package(name)
+        found += [f"{name} -> {t}" for t in sorted(targets) if own and experiment_package(t) not in (None, own)]
+    return found
+
+
+def test_no_experiment_package_imports_another():
+    """Experiment packages hold their data and presets; what their pages share lives in ``experiments/pages``."""
+    assert crossings(GRAPH) == []
+
+
+def test_the_crossing_check_can_fail():
+    graph = {f"{EXPERIMENTS}.ruler.report": {f"{EXPERIMENTS}.passkey.report", SHARED_PAGES + ".grid"}}
+    assert crossings(graph) == [f"{EXPERIMENTS}.ruler.report -> {EXPERIMENTS}.passkey.report"]
+
+
 # Rooms below the experiments that every task and attention kind passes through: none of them may name a
 # task or a kind's option (a TRA-specific step in the training loop, a flip-flop branch in evaluation...).
 GENERIC_ROOMS = ["training", "metrics", "utils", "data/task.py", "models", "hf", "cli/train.py"]
 GENERIC_ROOMS += ["experiments/engine.py", "experiments/store.py", "experiments/identity.py", "experiments/spec.py"]
-GENERIC_ROOMS += ["experiments/run.py", "experiments/tables.py", "experiments/preset.py", "experiments/scorecard.py"]
+GENERIC_ROOMS += ["experiments/run.py", "experiments/pages", "experiments/preset.py", "experiments/scorecard.py"]
 NAMED = re.compile(
     r"\btra_(?!attn\b)\w+|\brope_base\b|\bcope_max_pos\b|\bflipflop\b|\bmqar\b|\bselective_copy\b|\bpasskey\b"
 )

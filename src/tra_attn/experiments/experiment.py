@@ -29,7 +29,7 @@ class Experiment:
     above which validation values count as equal in that choice (None: runs cannot train to fit).
     ``section(results, folder, page, level, plots)``: the page's lines of this task (``engine.Results``);
     ``summary(all_results, folder, page, plots)``: the lines that open a page of several tasks whose experiments
-    all share it (None: the suite's summary, ``suite.report.suite_summary``).
+    all share it (None: the suite's summary, ``pages.procedural.suite_summary``).
     """
 
     task: str

@@ -22,12 +22,15 @@ def register_experiment(experiment: Experiment, replace: bool = False) -> Experi
     return experiment
 
 
+SHARED_PACKAGES = ("pages",)  # what the experiment packages share: no experiments of its own
+
+
 @functools.cache
 def _packaged() -> dict[str, Experiment]:
     """The records of this folder's experiment packages (each lists its own in ``EXPERIMENTS``)."""
     found = {}
     for info in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
-        if info.ispkg:
+        if info.ispkg and info.name not in SHARED_PACKAGES:
             found.update((e.task, e) for e in importlib.import_module(f"{__package__}.{info.name}").EXPERIMENTS)
     return found
 

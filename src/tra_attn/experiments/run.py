@@ -16,12 +16,12 @@ from ..utils.atomic import atomic_write_text
 from .engine import Missing, Results, Source, check_question, gather
 from .inspection import inspection_lines
 from .overview import overview_lines, overview_rows
+from .pages.procedural import suite_summary
+from .pages.tables import discussion_lines, page_header
 from .results_index import update_index
 from .scorecard import scorecard, scorecard_lines
 from .spec import Inspection, Overview, Question, Scorecard, load_spec, spec_path
 from .store import Evidence, RunStore
-from .suite.report import suite_summary
-from .tables import discussion_lines, page_header
 
 PAGE_NAME = "README.md"
 NOTES_NAME = "notes.md"

@@ -18,8 +18,8 @@ import dataclasses
 from .engine import gather
 from .fit import steps_to_fit
 from .methods import Method
+from .pages.tables import mean_std
 from .spec import Bar, Question, Scorecard, row_label
-from .tables import mean_std
 
 TEXT_METRIC = "bits_per_byte"
 EXACT = 0.99  # full-sequence accuracy that counts as exact

@@ -9,10 +9,18 @@ import os
 from pathlib import Path
 
 from ...data.synthetic.asentmax_layout import test_seq_lens
-from ...utils.atomic import atomic_write
 from ..fit import FIT_ACCURACY, unfit_methods
-from ..suite.report import accuracy_table, data_table, per_seed_section, recipe_line, task_of
-from ..tables import Legend, collect, diverged_cells, mean_std, methods_section, sweep_table
+from ..pages.accuracy import (
+    accuracy_table,
+    per_seed_section,
+    recipe_line,
+    sweep_section,
+    task_of,
+    test_data_section,
+    unfit_note,
+)
+from ..pages.plots import pyplot, save_figure
+from ..pages.tables import Legend, collect, diverged_cells, mean_std, methods_section
 from .presets import AUTHORS
 from .published import PUBLISHED, SOURCE
 
@@ -105,22 +113,13 @@ def plot_by_seq_len(ax, rows: list[dict], legend: Legend) -> None:
     ax.set_title(rows[0]["task"], fontsize=9)
 
 
-def save_figure(fig, path: Path) -> None:
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
-
-
 def plot_task(rows: list[dict], legend: Legend, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     plot_by_seq_len(ax, rows, legend)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7, frameon=False)
     fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 def asentmax_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:
@@ -132,12 +131,8 @@ def asentmax_section(results, folder: Path, page: Path, level: str = "##", plots
     lines += methods_section(results, level)
     lines += [f"{level} Exact match per test seq_len (mean ± std over seeds)", ""]
     lines += [*accuracy_table(rows, legend, cols=cols), ""]
-    if unfit_methods(rows):
-        lines += [
-            f"† did not fit: final validation exact match below {FIT_ACCURACY} in at least one seed (its numbers "
-            "beyond the training lengths are not evidence about generalisation).",
-            "",
-        ]
+    lines += unfit_note(rows, "exact match", "its numbers beyond the training lengths are not evidence about "
+                        "generalisation")  # fmt: skip
     lines += published_lines(rows, legend, level)
     lines += per_seed_section(rows, legend, cols[-1], level)
     plot = folder / f"{results.experiment.task}_accuracy.png"
@@ -145,11 +140,7 @@ def asentmax_section(results, folder: Path, page: Path, level: str = "##", plots
         plot_task(rows, legend, plot)
     lines += [f"![exact match per test seq_len]({os.path.relpath(plot, page.parent)})", ""]
     lines += [f"{level} Per-token accuracy", "", *accuracy_table(rows, legend, "token_acc", False, cols), ""]
-    lines += [f"{level} Test data", "", *data_table(rows), ""]
-    if results.sweep:
-        lines += [f"{level} Learning-rate sweep (validation exact match)", ""]
-        lines += [*sweep_table(results.sweep, results.selected, "full_seq_acc", legend), ""]
-    return lines
+    return lines + test_data_section(rows, level) + sweep_section(results, level, "exact match")
 
 
 def reach(means: list[tuple[int, float]], bar: float = 0.9) -> int | None:
@@ -224,11 +215,7 @@ def asentmax_summary(all_results, folder: Path, page: Path, plots: bool = True) 
 
 
 def plot_suite(all_results, legend: Legend, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cols = min(len(all_results), 4)
     nrows = math.ceil(len(all_results) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 2.8 * nrows + 1.2), squeeze=False)
@@ -239,5 +226,4 @@ def plot_suite(all_results, legend: Legend, path: Path) -> None:
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.04 * math.ceil(len(labels) / 5), 1, 1))
-    save_figure(fig, path)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 from ...data.synthetic.flipflop import FlipFlop
-from ...utils.atomic import atomic_write
 from ..fit import FIT_ACCURACY, unfit_methods
-from ..suite.report import SHARED, accuracy_table, budget_phrase, per_seed_section
-from ..tables import NO_TEST_DATA, Legend, collect, mean_std, methods_section, sweep_table
+from ..pages.accuracy import SHARED, accuracy_table, budget_phrase, per_seed_section, sweep_section
+from ..pages.plots import pyplot, save_figure
+from ..pages.tables import NO_TEST_DATA, Legend, collect, mean_std, methods_section
 
 __all__ = ["flipflop_columns", "flipflop_section", "markdown_table"]
 
@@ -26,7 +26,7 @@ def flipflop_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
 
 
 def markdown_table(rows: list[dict], legend: Legend, metric: str, with_time: bool) -> list[str]:
-    """The accuracy table of every procedural task (``suite/report.py``) with flip-flop's columns."""
+    """The accuracy table of every procedural task (``pages/accuracy.py``) with flip-flop's columns."""
     return accuracy_table(rows, legend, metric, with_time, flipflop_columns(rows))
 
 
@@ -69,11 +69,7 @@ def data_statistics_table(rows: list[dict]) -> list[str]:
 
 def plot_flipflop(rows: list[dict], legend: Legend, path: Path) -> None:
     """Left: full-sequence accuracy per split; right: accuracy against length. Mean and std over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cols = flipflop_columns(rows)
     train_length = cols[0][2]
     bar_cols = [c for c in cols if not (c[1] == "iid" and c[2] > train_length)]  # the density shifts
@@ -116,8 +112,7 @@ def plot_flipflop(rows: list[dict], legend: Legend, path: Path) -> None:
     rows_of_legend = math.ceil(len(methods) / 5)
     fig.legend(handles, labels, loc="lower center", ncol=min(len(methods), 5), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.06 * rows_of_legend, 1, 1))  # room for the legend below both panels
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def flipflop_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:
@@ -155,7 +150,4 @@ def flipflop_section(results, folder: Path, page: Path, level: str = "##", plots
     lines += [f"![accuracy per split and per length]({os.path.relpath(plot, page.parent)})", ""]
     lines += [f"{level} Per-read accuracy", "", *markdown_table(rows, legend, "token_acc", with_time=False), ""]
     lines += [f"{level} Test data", "", *data_statistics_table(rows), ""]
-    if results.sweep:
-        table = sweep_table(results.sweep, results.selected, "full_seq_acc", legend)
-        lines += [f"{level} Learning-rate sweep (validation full-sequence accuracy)", "", *table, ""]
-    return lines
+    return lines + sweep_section(results, level, "full-sequence accuracy")

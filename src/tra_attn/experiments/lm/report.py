@@ -8,8 +8,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ...utils.atomic import atomic_write
-from ..tables import Legend, diverged_cells, fmt, mean_std, methods_section, sweep_table
+from ..pages.plots import pyplot, save_figure
+from ..pages.tables import Legend, diverged_cells, fmt, mean_std, methods_section, sweep_table
 from .comparison import SELECTION_METRIC
 
 POSITION = re.compile(r"^loss@(\d+)-(\d+)$")
@@ -61,11 +61,7 @@ def bpb_table(rows: list[dict], legend: Legend) -> list[str]:
 
 def plot(rows: list[dict], legend: Legend, path: Path) -> None:
     """Left: bits per byte against evaluation length; right: loss against position at the longest length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     bpb = values_by_length(rows, "non_overlapping", "bits_per_byte")
     lengths = evaluation_lengths(rows, bpb)
     longest = lengths[-1]
@@ -103,8 +99,7 @@ def plot(rows: list[dict], legend: Legend, path: Path) -> None:
     handles, names = left.get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=min(len(methods), 6), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def lm_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:

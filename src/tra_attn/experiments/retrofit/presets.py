@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ...training.config import TrainConfig
-from ..lm.presets import PRESETS as TEXT_PRESETS
 from ..methods import Method
+from ..registry import experiment
 
 CONTINUE_FRACTIONS = (0.10, 0.25)  # of the base's steps: each converted model's continued training
 FACTORS = (1, 2, 4, 8, 16)  # evaluation lengths, in training lengths
@@ -41,7 +41,8 @@ class RetrofitPreset:
 
     @property
     def text(self):
-        return TEXT_PRESETS[self.text_preset]
+        """The language-model preset, read from the ``lm`` experiment's record."""
+        return experiment("lm").presets[self.text_preset]
 
     @property
     def train(self) -> SimpleNamespace:

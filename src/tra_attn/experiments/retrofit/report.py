@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from ...utils.atomic import atomic_write, atomic_write_text
+from ...utils.atomic import atomic_write_text
 from ...utils.provenance import cpu_name, git_commit
+from ..pages.plots import pyplot, save_figure
 from .plan import Row, base_recipe, chosen_rate, continue_recipe
 from .presets import CONTINUE_FRACTIONS, FACTORS, RetrofitPreset
 
@@ -150,11 +151,7 @@ def style(label: str) -> dict:
 
 def plot(rows: list[Row], values: dict, length: int, path: Path) -> None:
     """Bits per byte against evaluation length, one line per row."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axis = plt.subplots(figsize=(11, 5))
     lengths = [f * length for f in FACTORS]
     for row in rows:
@@ -166,8 +163,7 @@ def plot(rows: list[Row], values: dict, length: int, path: Path) -> None:
     axis.set_title("Bits per byte against evaluation length")
     axis.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def write_page(out: Path, text: str, rows: list[Row], values: dict, length: int) -> Path:

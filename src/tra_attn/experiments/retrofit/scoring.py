@@ -1,5 +1,5 @@
 """Bits per byte of a Hugging Face causal language model over a token array at a window length: the library's own
-evaluation (``experiments/lm/evaluate.py: window_metrics``: non-overlapping windows, every token after the first
+evaluation (``training/window_metrics.py``: non-overlapping windows, every token after the first
 scored once), with the model seen as the library's models are (``TokenLoss``).
 """
 
@@ -12,7 +12,7 @@ from torch import nn
 from ...hf.attention import converted_kind
 from ...metrics.accuracy import SCORES_PER_BATCH, TOKENS_PER_BATCH
 from ...models import IGNORE_INDEX
-from ..lm.evaluate import window_metrics
+from ...training.window_metrics import window_metrics
 
 MATERIALISING = ("fox", "alibi")  # converted kinds whose op builds (B, H, S, S) biases
 

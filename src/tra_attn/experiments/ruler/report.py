@@ -10,10 +10,18 @@ import os
 from pathlib import Path
 
 from ..fit import FIT_ACCURACY, unfit_methods
-from ..passkey.report import ALL_DEPTHS, cell_sizes, depth_means, grid_tables, length_table, length_title, plot_grid
-from ..passkey.report import test_lengths as needle_lengths
-from ..suite.report import accuracy_table, columns, data_table, per_seed_section, plot_accuracy, recipe_line
-from ..tables import Legend, collect, diverged_cells, mean_std, methods_section, sweep_table
+from ..pages.accuracy import (
+    accuracy_table,
+    columns,
+    per_seed_section,
+    recipe_line,
+    sweep_section,
+    test_data_section,
+    unfit_note,
+)
+from ..pages.grid import cell_sizes, depth_means, grid_tables, length_table, longest_column
+from ..pages.plots import plot_accuracy, plot_grid
+from ..pages.tables import Legend, collect, diverged_cells, mean_std, methods_section
 
 METRICS = (
     "Exact match: a sequence counts only if every answer token is right given the true prefix (so greedy decoding "
@@ -28,21 +36,11 @@ def is_needle(rows: list[dict]) -> bool:
     return any(r["split"].startswith("depth") for r in rows)
 
 
-def unfit_note(rows: list[dict]) -> list[str]:
-    if not unfit_methods(rows):
-        return []
-    return [
-        f"† did not fit: final validation exact match below {FIT_ACCURACY} in at least one seed (its numbers beyond "
-        "the training length are not evidence about generalisation).",
-        "",
-    ]
+UNFIT = "its numbers beyond the training length are not evidence about generalisation"
 
 
 def needle_lines(rows: list[dict], legend: Legend, folder: Path, page: Path, level: str, plots: bool) -> list[str]:
     """Exact match and item accuracy per length (mean over depths), per seed at 16x, and the grids."""
-    train_length = rows[0]["config"]["length"]
-    lengths = needle_lengths(rows)
-    longest = lengths[-1] if lengths else train_length
     lines = [
         f"{METRICS} The grid puts the queried needles at depths 0%, 25%, 50%, 75% and 100% of the haystack at 1x to "
         f"16x the training length; the depths of one length share their needles and haystack. {cell_sizes(rows)}",
@@ -51,14 +49,13 @@ def needle_lines(rows: list[dict], legend: Legend, folder: Path, page: Path, lev
         "",
         *length_table(rows, legend, "full_seq_acc", with_fit=True),
         "",
-        *unfit_note(rows),
+        *unfit_note(rows, "exact match", UNFIT),
         f"{level} Item accuracy per length (mean over depths)",
         "",
         *length_table(rows, legend, "item_acc", with_fit=False),
         "",
     ]
-    lines += per_seed_section(depth_means(rows), legend, (length_title(longest, train_length), ALL_DEPTHS, longest),
-                              level)  # fmt: skip
+    lines += per_seed_section(depth_means(rows), legend, longest_column(rows), level)
     plot = folder / f"{rows[0]['task']}_grid.png"
     if plots:
         plot_grid(rows, legend, plot)
@@ -75,7 +72,7 @@ def length_lines(rows: list[dict], legend: Legend, folder: Path, page: Path, lev
         "",
         *accuracy_table(rows, legend),
         "",
-        *unfit_note(rows),
+        *unfit_note(rows, "exact match", UNFIT),
         f"{level} Item accuracy per length",
         "",
         *accuracy_table(rows, legend, "item_acc", with_fit=False),
@@ -94,11 +91,7 @@ def ruler_section(results, folder: Path, page: Path, level: str = "##", plots: b
     lines = [recipe_line(rows), "", *methods_section(results, level)]
     body = needle_lines if is_needle(rows) else length_lines
     lines += body(rows, legend, folder, page, level, plots)
-    lines += [f"{level} Test data", "", *data_table(rows), ""]
-    if results.sweep:
-        lines += [f"{level} Learning-rate sweep (validation exact match)", ""]
-        lines += [*sweep_table(results.sweep, results.selected, "full_seq_acc", legend), ""]
-    return lines
+    return lines + test_data_section(rows, level) + sweep_section(results, level, "exact match")
 
 
 def longest_cells(rows: list[dict], methods: list[str], metric: str) -> list[str]:

@@ -7,11 +7,11 @@ import math
 import statistics as stats
 from collections import defaultdict
 
-from ..models import ModelConfig
-from .methods import PALETTE, label_value
-from .parameters import parameter_count
-from .selection import MAX_EXTENSIONS
-from .store import DIVERGED
+from ...models import ModelConfig
+from ..methods import PALETTE, label_value
+from ..parameters import parameter_count
+from ..selection import MAX_EXTENSIONS
+from ..store import DIVERGED
 
 
 class Legend:

@@ -1,28 +1,15 @@
-"""The section of a procedural task on a page (one task, or one of several), from result rows.
-
-Nothing here trains or evaluates a model: it tabulates the rows a question's runs hold (``engine.Results``).
-"""
+"""The parts of a procedural task's section on a page, from result rows (``engine.Results``): the recipe, accuracy
+per test split, per seed, the test data, the sweep and the note on methods that did not fit. Nothing here trains or
+evaluates a model."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
-from pathlib import Path
 
 from ...data import make_task
-from ...utils.atomic import atomic_write
 from ..fit import FIT_ACCURACY, steps_to_fit, steps_to_fit_cell, unfit_methods
-from ..tables import (
-    NO_TEST_DATA,
-    Legend,
-    collect,
-    diverged_cells,
-    fmt,
-    mean_std,
-    methods_section,
-    sweep_table,
-)
+from .tables import NO_TEST_DATA, Legend, collect, diverged_cells, fmt, sweep_table
 
 Column = tuple[str, str, int]  # (title, split, length)
 
@@ -127,39 +114,6 @@ def data_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def plot_accuracy(rows: list[dict], legend: Legend, path: Path) -> None:
-    """Full-sequence accuracy per test split and method (mean and std over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = columns(rows)
-    values = collect(rows, "full_seq_acc")
-    methods = legend.order({r["method"] for r in rows})
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(cols)), 4.5))
-    width = 0.8 / len(methods)
-    for i, method in enumerate(methods):
-        stats = [mean_std(values[(method, s, n)]) for _, s, n in cols]
-        ax.bar(
-            [j + (i - (len(methods) - 1) / 2) * width for j in range(len(cols))],
-            [m for m, _ in stats],
-            width,
-            yerr=[s for _, s in stats],
-            color=legend.color(method),
-            label=method,
-            capsize=2,
-        )
-    ax.set_xticks(range(len(cols)), [c[0] for c in cols], fontsize=8)
-    ax.set_ylabel("full-sequence accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"{rows[0]['task']}: full-sequence accuracy per test split")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(methods), 5), fontsize=8, frameon=False)
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
-    plt.close(fig)
-
-
 def budget_phrase(config: dict) -> str:
     """'N steps', or for a run trained to fit, when it stops and its cap."""
     if not config.get("fit_accuracy"):
@@ -192,63 +146,21 @@ SHARED = (
 )
 
 
-def task_section(results, folder: Path, page: Path, level: str = "##", plots: bool = True) -> list[str]:
-    """Recipe, methods, tables, plot, test data and sweep of one procedural task (``engine.Results``); the plot is
-    ``folder/accuracy.png``, or ``folder/<task>_accuracy.png`` on a page of several tasks (``level`` "###")."""
-    rows, legend = results.rows, Legend(results.question.methods)
-    lines = [recipe_line(rows), ""]
-    lines += methods_section(results, level)
-    lines += [f"{level} Full-sequence accuracy (mean ± std over seeds)", "", *accuracy_table(rows, legend), ""]
-    if unfit_methods(rows):
-        lines += [
-            f"† did not fit: final validation full-sequence accuracy below {FIT_ACCURACY} in at least one seed "
-            "(its out-of-distribution numbers are not evidence about generalisation).",
-            "",
-        ]
-    lines += per_seed_section(rows, legend, columns(rows)[-1], level)
-    plot = folder / (f"{results.experiment.task}_accuracy.png" if level != "##" else "accuracy.png")
-    if plots:
-        plot_accuracy(rows, legend, plot)
-    lines += [f"![accuracy per split]({os.path.relpath(plot, page.parent)})", ""]
-    lines += [f"{level} Per-token accuracy", "", *accuracy_table(rows, legend, "token_acc", with_fit=False), ""]
-    lines += [f"{level} Test data", "", *data_table(rows), ""]
-    if results.sweep:
-        lines += [f"{level} Learning-rate sweep (validation full-sequence accuracy)", ""]
-        lines += [*sweep_table(results.sweep, results.selected, "full_seq_acc", legend), ""]
-    return lines
+def unfit_note(rows: list[dict], measure: str, why: str) -> list[str]:
+    """The note under a table marking methods that did not fit († in the table), or nothing when every method fitted:
+    ``measure`` names the validation value, ``why`` what their numbers are not."""
+    if not unfit_methods(rows):
+        return []
+    return [f"† did not fit: final validation {measure} below {FIT_ACCURACY} in at least one seed ({why}).", ""]
 
 
-def summary_table(by_task: dict[str, list[dict]], legend: Legend) -> list[str]:
-    """Per task and method: the mean full-sequence accuracy over every test split except IID at the training
-    length († a method that did not fit)."""
-    methods = legend.order({r["method"] for rows in by_task.values() for r in rows})
-    lines = ["| task | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 1)]
-    for task, rows in by_task.items():
-        train_length = rows[0]["config"]["length"]
-        unfit = unfit_methods(rows)
-        acc = collect(rows, "full_seq_acc")
-        diverged = {method: cell for (method, _), cell in diverged_cells(rows).items()}
-        ood = [(s, n) for _, s, n in columns(rows) if (s, n) != ("iid", train_length)]
-        cells = []
-        for method in methods:
-            per_split = [mean_std(acc[(method, s, n)])[0] for s, n in ood if acc[(method, s, n)]]
-            mean = sum(per_split) / len(per_split) if per_split else float("nan")
-            cell = "n/a" if mean != mean else f"{mean:.3f}" + (" †" if method in unfit else "")
-            cells.append(diverged.get(method, cell))
-        lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    return lines
+def test_data_section(rows: list[dict], level: str) -> list[str]:
+    return [f"{level} Test data", "", *data_table(rows), ""]
 
 
-def suite_summary(all_results) -> list[str]:
-    """The summary that opens a page of several procedural tasks."""
-    by_task = {r.experiment.task: r.rows for r in all_results}
-    legend = Legend(all_results[0].question.methods)
-    return [
-        "## Summary: mean full-sequence accuracy over each task's out-of-distribution splits",
-        "",
-        "Every test split except IID at the training length, averaged (per-split numbers below). "
-        f"† did not fit the task (validation accuracy below {FIT_ACCURACY} in some seed).",
-        "",
-        *summary_table(by_task, legend),
-        "",
-    ]
+def sweep_section(results, level: str, measure: str) -> list[str]:
+    """The learning-rate sweep on validation ``measure`` (full-sequence accuracy), or nothing without a sweep."""
+    if not results.sweep:
+        return []
+    table = sweep_table(results.sweep, results.selected, "full_seq_acc", Legend(results.question.methods))
+    return [f"{level} Learning-rate sweep (validation {measure})", "", *table, ""]
