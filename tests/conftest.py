@@ -4,6 +4,7 @@ suite into the fast subset and the integration tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -25,6 +26,14 @@ from tra_attn.layers.norms import rms_normalize
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+TRITON = importlib.util.find_spec("triton") is not None and (
+    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+)
+triton_only = pytest.mark.skipif(not TRITON, reason="needs triton with CUDA or TRITON_INTERPRET=1")
+# Every implementation of the TRA op, each tested against the reference on the whole contract (a test of fewer
+# names them: the PyTorch paths alone, say, where the kernels have their own test).
+TRA_IMPLS = ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)]
 
 
 # The fast subset, `python -m pytest -q -m "not integration"` (a few minutes), is the op, the layers, the model, the

@@ -200,3 +200,52 @@ def test_the_key_gate_op_serves_dropout_from_torchs_generator():
     torch.manual_seed(0)
     assert torch.equal(first, tra_key_gate_naive(q, k, v, g, **contract, aids=TrainingAids(logit_dropout=0.3)))
     assert not torch.allclose(first, tra_key_gate_naive(q, k, v, g, **contract))
+
+
+@pytest.mark.parametrize("impl", ["naive", "chunked", "auto"])
+def test_the_op_takes_the_contract_as_objects_exactly_as_its_keywords(impl):
+    """keep=, documents= and aids= give the flat keywords' call bit for bit, forward and backward."""
+    seg = torch.tensor([[0, 0, 0, 1, 1, 1, 1, -1, -1]])
+    flat = {"threshold": 0.1, "local_window": 2, "sliding_window": 6, "segment_ids": seg, "logit_dropout": 0.2,
+            "dropout_seed": 11, "keep_surrogate": 0.5}  # fmt: skip
+    objects = {
+        "keep": KeepRule(0.1, local_window=2, sliding_window=6),
+        "documents": Documents(seg),
+        "aids": TrainingAids(keep_surrogate=0.5, logit_dropout=0.2, dropout_seed=11),
+    }
+    results = []
+    for options in (flat, objects):
+        q, k, v, g = tra_inputs(1, 2, 9, 9, 8, seed=3)
+        out = threshold_relative_attention(q, k, v, g, impl=impl, **options)
+        out.square().sum().backward()
+        results.append([out, q.grad, k.grad, v.grad, g.grad])
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dgate"), *results):
+        assert torch.equal(a, b), name
+
+
+MIXES = [
+    ({"keep": KeepRule(0.5), "threshold": 0.2}, r"threshold = 0\.2; expected its default \(0\.0\) beside keep="),
+    ({"keep": KeepRule(), "local_window": 3}, r"local_window = 3; expected its default \(0\) beside keep="),
+    ({"aids": TrainingAids(), "logit_dropout": 0.1}, r"logit_dropout = 0\.1; expected its default \(0\.0\) beside"),
+    ({"aids": NO_AIDS, "dropout_seed": 3}, r"dropout_seed = 3; expected its default \(None\) beside aids="),
+    (
+        {"documents": NO_DOCUMENTS, "key_padding_mask": torch.ones(1, 6)},
+        r"key_padding_mask = .*expected its default \(None\) beside documents= \(pass the Documents alone, or "
+        r"cu_seqlens, key_padding_mask, segment_ids alone\)",
+    ),
+    ({"keep": 0.5}, r"keep = 0\.5; expected None or a KeepRule"),
+    ({"documents": torch.zeros(1, 6)}, r"documents = .*\(a Tensor\); expected None or a Documents"),
+]
+
+
+@pytest.mark.parametrize("options,pattern", MIXES)
+def test_an_object_beside_its_own_keywords_is_refused(options, pattern):
+    q, k, v, g = tra_inputs(1, 2, 6, 6, 8, requires_grad=False)
+    with pytest.raises(ValueError, match=OP + pattern):
+        threshold_relative_attention(q, k, v, g, **options)
+
+
+def test_the_documents_object_is_checked_against_the_inputs():
+    q, k, v, g = tra_inputs(1, 2, 6, 6, 8, requires_grad=False)
+    with pytest.raises(ValueError, match=r"segment_ids\.shape = \(1, 4\)"):
+        threshold_relative_attention(q, k, v, g, documents=Documents(torch.zeros(1, 4, dtype=torch.int32)))

@@ -7,24 +7,16 @@ on the inputs with the non-finite entries replaced by 0 (with no gradient from t
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
-from tests.conftest import assert_close, tra_inputs
+from tests.conftest import TRA_IMPLS, assert_close, tra_inputs, triton_only
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.tra import KeepRule, dispatch
 from tra_attn.ops.tra.naive import tra_naive
 
 NAN, INF = float("nan"), float("inf")
-TRITON = importlib.util.find_spec("triton") is not None and (
-    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
-)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-triton_only = pytest.mark.skipif(not TRITON, reason="needs triton with CUDA or TRITON_INTERPRET=1")
-IMPLS = ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)]
 NAMES = ("q", "k", "v", "log_gate")
 
 
@@ -96,7 +88,7 @@ def check(impl, shape, spec, seed=0, dtype=torch.float32, threshold=0.0, prune_t
     return out
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 @pytest.mark.parametrize(
     "spec",
     [
@@ -137,7 +129,7 @@ SEVERAL = [  # several positions at once, in several (b, h); b=0, h=1 carries a 
 ]
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 def test_several_positions_and_heads_across_key_blocks(impl):
     out = check(impl, (2, 2, 70, 70, 16), SEVERAL, seed=3)
     rows = out.isnan().any(-1)
@@ -145,7 +137,7 @@ def test_several_positions_and_heads_across_key_blocks(impl):
     assert rows[0, 0].sum() == 1 and rows[1, 0].sum() == 20 and rows[1, 1].sum() == 3
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 @pytest.mark.parametrize(
     "spec",
     [
@@ -159,7 +151,7 @@ def test_queries_after_a_cache(impl, spec):
     check(impl, (1, 2, 5, 12, 16), spec, seed=1)
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 def test_single_query_decode(impl):
     check(impl, (2, 2, 1, 40, 16), [("k", (0, 1, 17, 2), NAN), ("q", (1, 0, 0, 3), INF)], seed=2)
 

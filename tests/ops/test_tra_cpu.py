@@ -5,7 +5,6 @@ and the fallback to the chunked path when the kernels cannot be built."""
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import subprocess
@@ -17,16 +16,15 @@ import torch
 from tests.conftest import assert_close, output_and_grads, tra_inputs
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.rms import rms_normalize
-from tra_attn.ops.tra import KeepRule, TrainingAids, tra_naive
+from tra_attn.ops.tra import NO_AIDS, NO_DOCUMENTS, KeepRule, TrainingAids, tra_naive
 from tra_attn.ops.tra.contract import Documents
 from tra_attn.ops.tra.cpu_build import available
-from tra_attn.ops.tra.dispatch import cpu_decode_step
+from tra_attn.ops.tra.dispatch import Call, cpu_decode_step
 from tra_attn.ops.tra.fused_cpu import counting_tiles, tra_cpu
 from tra_attn.ops.tra.surrogate import tra_surrogate
 
 pytestmark = pytest.mark.skipif(not available(), reason="the fused CPU kernels could not be built here")
 NAMES = ("out", "dq", "dk", "dv", "dgate")
-NO_AIDS = TrainingAids()
 # (B, H, Sq, Sk, D): odd lengths, several query and key blocks, Sq < Sk, the row-by-row path (Sq <= 4), head dims
 # below, between and above the micro-kernels' widths (16 fp32 lanes, 8 fp64).
 SHAPES = [(2, 3, 37, 37, 16), (1, 2, 130, 130, 64), (1, 1, 70, 150, 5), (2, 1, 3, 50, 24), (1, 2, 200, 200, 33),
@@ -283,20 +281,32 @@ def test_a_decoding_step_reads_every_layout_of_keys_and_values(layout):
         k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
     dtype, atol = (torch.bfloat16, 2e-2) if layout == "bf16" else (torch.float64, 1e-12)
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    step = cpu_decode_step(q, k, v, g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2), impl="cpu")
+    step = cpu_decode_step(q, k, v, g, step_call(scale=8**-0.5, keep=KeepRule(0.1, local_window=2)), "cpu")
     expected = tra_naive(q.double(), k.double(), v.double(), g, scale=8**-0.5, keep=KeepRule(0.1, local_window=2))
     assert step.dtype == dtype
     assert_close(step.double(), expected, atol=atol, rtol=atol)
 
 
+NO_RULE = KeepRule()
+
+
+def step_call(scale: float = 1.0, keep: KeepRule = NO_RULE, **changes) -> Call:
+    """A decoding step's contract, as the op builds it."""
+    return Call(scale, keep, NO_DOCUMENTS, NO_AIDS, None)._replace(**changes)
+
+
 def test_the_decoding_step_serves_only_decoding_steps_on_the_kernels():
     q, k, v, g = tra_inputs(1, 2, 2, 30, 8, requires_grad=False, seed=5)
-    step = functools.partial(cpu_decode_step, scale=1.0, keep=KeepRule(), impl="cpu")
-    assert step(q[:, :, -1:], k, v, g[:, :, -1:]) is not None
-    assert step(q, k, v, g) is None  # two queries
-    assert step(q[:, :, -1:], k, v, g[:, :, -1:], impl="chunked") is None
-    assert step(q[:, :, -1:], k, v, g[:, :, -1:], keep=KeepRule(sliding_window=4)) is None
-    assert step(q[:, :, -1:].requires_grad_(), k, v, g[:, :, -1:]) is None  # a gradient to compute
+    one = (q[:, :, -1:], k, v, g[:, :, -1:])
+    assert cpu_decode_step(*one, step_call(), "cpu") is not None
+    assert cpu_decode_step(q, k, v, g, step_call(), "cpu") is None  # two queries
+    assert cpu_decode_step(*one, step_call(), "chunked") is None
+    assert cpu_decode_step(*one, step_call(keep=KeepRule(sliding_window=4)), "cpu") is None
+    assert cpu_decode_step(*one, step_call(aids=TrainingAids(logit_dropout=0.1)), "cpu") is None
+    assert cpu_decode_step(*one, step_call(qk_norm_eps=1e-6), "cpu") is None  # the kernels' forward normalises
+    packed = Documents(torch.zeros(1, 30, dtype=torch.int32))
+    assert cpu_decode_step(*one, step_call(documents=packed), "cpu") is None
+    assert cpu_decode_step(q[:, :, -1:].requires_grad_(), k, v, g[:, :, -1:], step_call(), "cpu") is None
 
 
 BAD = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf}

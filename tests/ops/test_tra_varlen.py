@@ -10,12 +10,11 @@ padding) is the unpadded row, and padding positions output 0 and get zero gradie
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
 
-from tests.conftest import assert_close, output_and_grads, tra_inputs
+from tests.conftest import TRA_IMPLS, assert_close, output_and_grads, tra_inputs, triton_only
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.masks import masked_softmax
 from tra_attn.ops.tra import Documents, KeepRule, chunked, tra_chunked, tra_naive
@@ -27,8 +26,6 @@ from tra_attn.ops.tra.split_kv import split_kv_attention
 from tra_attn.ops.varlen import PADDING, document_starts, segment_ids_from
 
 CUDA = torch.cuda.is_available()
-TRITON = os.environ.get("TRITON_INTERPRET") == "1" or CUDA
-triton_only = pytest.mark.skipif(not TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
 DEVICE = "cuda" if CUDA else "cpu"
 NAMES = ("out", "dq", "dk", "dv", "dgate")
 BLOCK = 8  # chunked key-block width in these tests: documents end inside blocks and span several
@@ -163,7 +160,7 @@ def test_the_three_forms_agree(impl):
     assert torch.equal(by_mask, unchecked)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)])
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 def test_one_document_is_bit_identical_to_no_segments(impl):
     """A single document covering the sequence takes the segment code paths and changes no bit."""
     seg = packed(37)[2]
@@ -472,7 +469,7 @@ def test_public_op_decodes_a_padded_long_cache_with_split_kv():
     assert_close(out[1:].cpu(), alone.cpu(), atol=2e-5)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu", pytest.param("triton", marks=triton_only)])
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 def test_non_finite_entries_stay_in_their_document(impl):
     """A NaN in one document's key poisons only that document's later rows; a NaN at a padding position
     (a key or a padding query) poisons nothing, and the padding query still outputs 0."""

@@ -7,12 +7,18 @@ forward and backward, and the invariances they promise.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
 
-from tests.conftest import assert_close, naive_with_key_start, output_and_grads, tra_inputs
+from tests.conftest import (
+    TRA_IMPLS,
+    assert_close,
+    naive_with_key_start,
+    output_and_grads,
+    tra_inputs,
+    triton_only,
+)
 from tra_attn import threshold_relative_attention
 from tra_attn.ops.tra import KeepRule, tra_chunked, tra_naive
 from tra_attn.ops.tra.chunked import chunked_forward_stats
@@ -42,7 +48,6 @@ WINDOWS = [
 ]
 # (B, H, Sq, Sk, D): odd lengths, Sq < Sk (decoding, and key blocks left of every window), one query.
 SHAPES = [(2, 2, 37, 37, 16), (1, 2, 13, 61, 8), (1, 2, 1, 40, 8)]
-TRITON = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
 
 
 def windows_id(w):
@@ -73,7 +78,7 @@ def test_chunked_matches_naive_fp64(shape, windows, threshold):
 TRITON_CASES = [(1, 0), (3, 0), (0, 1), (0, 31), (0, 33), (2, 33), (0, 61), (100, 100)]
 
 
-@pytest.mark.skipif(not TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
+@triton_only
 @pytest.mark.parametrize("windows", TRITON_CASES, ids=windows_id)
 @pytest.mark.parametrize("shape", [(1, 2, 45, 45, 16), (1, 1, 9, 100, 16)], ids=["prefill", "Sq<Sk"])
 def test_triton_matches_naive(shape, windows):
@@ -98,7 +103,7 @@ def test_triton_matches_naive(shape, windows):
         assert_close(a.cpu(), e, atol=3e-5 * max(1.0, e.abs().max().item()), name=name)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 @pytest.mark.parametrize(
     "threshold,windows",
     [(0.0, {"sliding_window": 41}), (-math.inf, {"local_window": 5, "sliding_window": 99})],
@@ -146,7 +151,7 @@ def test_with_a_local_window_no_row_is_empty_and_counts_are_bounded():
     assert (count[..., 0] <= 4 + plain_keep.sum(-1)).all()
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 @pytest.mark.parametrize("local_window", [1, 3])
 def test_irrelevant_keys_beyond_the_local_window_change_nothing(impl, local_window):
     """op_contract.md 6.3 with a local window: keys with s_ij <= threshold inserted at distance >= w add
@@ -181,7 +186,7 @@ def test_irrelevant_keys_beyond_the_local_window_change_nothing(impl, local_wind
     assert_close(run(k2, v2).cpu(), run(k, v).cpu(), atol=1e-12 if dtype == torch.float64 else 1e-6)
 
 
-@pytest.mark.parametrize("impl", ["naive", "chunked", "cpu"] + (["triton"] if TRITON else []))
+@pytest.mark.parametrize("impl", TRA_IMPLS)
 def test_a_sliding_window_sees_only_its_last_keys(impl):
     """The output at i depends only on the last sliding_window keys: cutting or changing the others does nothing."""
     dtype = torch.float32 if impl == "triton" else torch.float64
@@ -210,7 +215,7 @@ def test_split_kv_is_exact_with_windows(windows):
         assert_close(actual, expected, atol=1e-13, name=f"{n_splits} splits")
 
 
-@pytest.mark.skipif(not TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
+@triton_only
 def test_public_op_decodes_long_caches_with_windows():
     """The dispatcher's split-KV decode (Triton statistics per split) with both windows, against chunked."""
     from tra_attn.ops.tra import dispatch
@@ -246,7 +251,7 @@ def test_pruning_with_windows_is_tra_over_the_visited_keys(windows):
     assert (actual[0] - exact).abs().max() <= 2 * math.exp(-tau) * v.abs().max()
 
 
-@pytest.mark.skipif(not TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
+@triton_only
 def test_triton_pruning_with_windows_stays_under_the_bound():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     q, k, v, g = (t.detach().float().to(device) for t in tra_inputs(1, 2, 150, 150, 16, gate_shift=-4.0))

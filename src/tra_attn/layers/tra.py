@@ -62,8 +62,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.masks import relative_distance
-from ..ops.tra import IMPLS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids, threshold_relative_attention
-from ..ops.tra.dispatch import cpu_decode_step
+from ..ops.tra import IMPLS, NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids, threshold_relative_attention
 from ..ops.tra.key_gate import tra_key_gate_naive
 from ..ops.varlen import segment_mask
 from .base import Attention
@@ -316,28 +315,16 @@ class TRAAttention(Attention):
             aids = TrainingAids(logit_dropout=self.logit_dropout())
             scale = self.head_dim**-0.5
             return tra_key_gate_naive(q, k, v, log_gate, scale=scale, keep=keep, documents=documents, aids=aids)
-        if not (self.training or documents.packed or qk_norm_eps):  # a CPU decoding step skips the op's checks
-            out = cpu_decode_step(q, k, v, log_gate, scale=self.head_dim**-0.5, keep=keep, impl=self.options.impl)
-            if out is not None:
-                return out
-        # Only a packed or padded batch passes segment ids: any other call is the op's call as it always was.
-        packed = {"segment_ids": documents.ids} if documents.packed else {}
-        # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path.
+        aids = NO_AIDS  # in evaluation: the exact op
+        if self.training:
+            surrogate = self.surrogate_temperature(keep.threshold)
+            aids = TrainingAids(keep_surrogate=surrogate, logit_dropout=self.logit_dropout())
+        # The gate is a logsigmoid, <= 0 by construction: no value check (a host sync) on the hot path, and a CPU
+        # decoding step skips the op's checks altogether.
         return threshold_relative_attention(
-            q,
-            k,
-            v,
-            log_gate,
-            threshold=keep.threshold,
-            impl=self.options.impl,
-            logit_dropout=self.logit_dropout(),
-            local_window=keep.local_window,
-            sliding_window=keep.sliding_window,
-            keep_surrogate=self.surrogate_temperature(keep.threshold),
-            qk_norm_eps=qk_norm_eps,
-            validate=False,
-            **packed,
-        )
+            q, k, v, log_gate, impl=self.options.impl, qk_norm_eps=qk_norm_eps, validate=False, keep=keep,
+            documents=documents, aids=aids,
+        )  # fmt: skip
 
     def surrogate_temperature(self, threshold: float) -> float:
         """keep_surrogate for a training forward of thresholded heads, else 0 (the exact op): dense heads

@@ -25,7 +25,7 @@ import torch
 
 from ..autocast import no_autocast
 from ..masks import compute_dtype
-from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, PreparedAids, TrainingAids
 from .denormals import EXP_FLOOR, flush_tiny_
 from .dropout import SIGN, LogitDropout, scrambled
 from .segments import Segments, StripPlan
@@ -40,17 +40,10 @@ _DROP = 1e30
 # afterwards, and the upper clamp only ever touches dropped entries (kept logits never exceed the row's
 # log-sum-exp).
 _EXP_CEIL = 80.0
+NO_PREPARED = PreparedAids()
 # A fixed shift per row is used when it exceeds the row's largest kept logit by at most this: the largest
 # kept weight is then >= exp(-slack), and EXP_FLOOR only touches weights below exp(floor + slack) of it.
 _SHIFT_SLACK = {torch.float32: 40.0, torch.float64: 350.0}
-
-
-class Training(NamedTuple):
-    """The training-only options of a call: the keep surrogate's temperature (0: off) and the logit dropout
-    (None: off), as ``dropout.LogitDropout`` with its keys flattened to (B * H, Sq)."""
-
-    tau: float = 0.0
-    dropout: LogitDropout | None = None
 
 
 class _Workspace:
@@ -266,10 +259,11 @@ def bounded_shift(q, k, log_gate, scale: float, threshold: float, local_window: 
 
 
 def _forward(
-    q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows, plan, training=None
+    q, k, v, log_gate, scale: float, threshold: float, block: int, prune_tau, windows, plan, training=NO_PREPARED
 ) -> _Stats:
     """The online softmax over the key blocks (docs/carry.md). ``windows`` is (local_window, sliding_window);
-    ``plan`` the ``StripPlan`` of the segment ids (or None); ``training`` the dropout and surrogate.
+    ``plan`` the ``StripPlan`` of the segment ids (or None); ``training`` the dropout and surrogate
+    (``TrainingAids.prepared``).
 
     Without pruning or dropout a row's shift is fixed (``bounded_shift``) when the scores allow it, which saves
     the running maximum and the rescaling of the accumulators; otherwise it is the running maximum of the kept
@@ -282,7 +276,6 @@ def _forward(
     norm = torch.zeros((n, sq), dtype=dt, device=q.device)
     acc = torch.zeros((n, sq, d), dtype=dt, device=q.device)
     carry = torch.zeros((n, sq), dtype=dt, device=q.device)
-    training = training or Training()
     dropout = training.dropout
     sums = (torch.zeros_like(acc), torch.zeros_like(norm)) if dropout is not None and training.tau else None
     ws = _Workspace(4, n * sq * min(block, sk), q)
@@ -460,11 +453,7 @@ def tra_chunked(
         raise ValueError("tra_chunked: prune_tau does not combine with keep_surrogate or logit_dropout")
     block = int(block_size or default_block_size(sq, sk))
     plan = _plan(documents.segments(sq), sq, sk, block, keep.sliding_window)
-    dropout = None
-    if aids.logit_dropout:
-        dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, sk, q.device)
-        dropout.rows = dropout.rows.reshape(b * h, sq)
-    training = Training(aids.surrogate_for(keep), dropout)
+    training = aids.prepared(keep, q, sk)
     out = ChunkedTRA.apply(
         *_flatten(q, k, v, log_gate), float(scale), keep.threshold, block, prune_tau, keep.windows, plan, training
     )

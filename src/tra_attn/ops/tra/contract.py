@@ -1,7 +1,8 @@
 """The call contract of the TRA op's implementations: three small frozen objects, built and checked once.
 
-``threshold_relative_attention`` (``dispatch.py``) takes plain keyword arguments. It checks them once, builds
-these three objects and passes them by keyword to whichever implementation it picks:
+``threshold_relative_attention`` (``dispatch.py``) takes plain keyword arguments, or these three objects in their
+place (one form per part). It checks the call once, builds the objects not given and passes them by keyword to
+whichever implementation it picks:
 
     impl(q, k, v, log_gate, *, scale, keep=KeepRule(...), documents=Documents(...), aids=TrainingAids(...))
 
@@ -25,12 +26,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from ...utils.checks import is_int, is_number
 from ..varlen import segment_ids_from, segment_mask
-from .dropout import seed_tensor
+from .dropout import LogitDropout, seed_tensor
 from .segments import Segments, segments_of
 
 WHO = "threshold_relative_attention"
@@ -192,6 +194,17 @@ class TrainingAids:
         the sigmoid's slope is 0 there: nothing to relax)."""
         return self.keep_surrogate if keep.thresholded else 0.0
 
+    def prepared(self, keep: KeepRule, q: torch.Tensor, keys: int) -> PreparedAids:
+        """What the strip-wise paths (chunked, Triton) read for a call of ``q`` (B, H, Sq, D) against ``keys``
+        keys: the surrogate's temperature under ``keep`` and this call's dropout, its row keys flattened to
+        (B * H, Sq), or None without dropout (the seed already drawn: ``drawn``)."""
+        dropout = None
+        if self.logit_dropout:
+            b, h, sq, _ = q.shape
+            dropout = LogitDropout(self.logit_dropout, self.dropout_seed, b, h, sq, keys, q.device)
+            dropout.rows = dropout.rows.reshape(b * h, sq).contiguous()
+        return PreparedAids(self.surrogate_for(keep), dropout)
+
     def refuse(self, who: str, *names: str, reason: str = "") -> None:
         """A ValueError naming ``who`` and the first of the aids ``names`` that is on (not its default)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -203,3 +216,11 @@ class TrainingAids:
 
 
 NO_AIDS = TrainingAids()
+
+
+class PreparedAids(NamedTuple):
+    """A call's aids as the strip-wise paths read them (``TrainingAids.prepared``): the keep surrogate's
+    temperature (0: off) and the logit dropout (None: off)."""
+
+    tau: float = 0.0
+    dropout: LogitDropout | None = None

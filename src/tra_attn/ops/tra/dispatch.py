@@ -14,7 +14,7 @@ from ...utils.checks import is_number
 from ..autocast import no_autocast
 from ..rms import rms_normalize
 from .chunked import tra_chunked
-from .contract import Documents, KeepRule, TrainingAids, fail, typed_repr
+from .contract import NO_AIDS, NO_DOCUMENTS, Documents, KeepRule, TrainingAids, fail, typed_repr
 from .cpu_build import library as cpu_library
 from .cpu_choice import use_kernels
 from .decode import checks_itself, decodes, tra_decode, tra_decode_unsanitized
@@ -63,9 +63,13 @@ def validate_inputs(
     key_padding_mask=None,
     segment_ids=None,
     qk_norm_eps=None,
+    keep=None,
+    documents=None,
+    aids=None,
 ) -> Call:
-    """Check a call once and build its contract (``contract.py``): a ValueError names the argument, its value and
-    what was expected.
+    """Check a call once and build its contract (``contract.py``), or take the contract's objects as given
+    (``keep``, ``documents``, ``aids``; the flat keywords they stand for must then keep their defaults): a
+    ValueError names the argument, its value and what was expected.
 
     Shapes, dtypes and options are checked on the host from metadata alone. ``check_values`` adds the
     checks that need the data (log_gate <= 0, the documents' offsets, ids and mask values), which
@@ -96,7 +100,11 @@ def validate_inputs(
         fail("q/k/v dtypes", (q.dtype, k.dtype, v.dtype), "one dtype for q, k and v")
     if scale is not None and not (is_number(scale) and math.isfinite(scale) and scale > 0):
         fail("scale", typed_repr(scale), "None or a finite positive number")
-    keep = KeepRule(threshold=threshold, local_window=local_window, sliding_window=sliding_window)
+    flat = {"threshold": threshold, "local_window": local_window, "sliding_window": sliding_window,
+            "keep_surrogate": keep_surrogate, "logit_dropout": logit_dropout, "dropout_seed": dropout_seed,
+            "cu_seqlens": cu_seqlens, "key_padding_mask": key_padding_mask, "segment_ids": segment_ids}  # fmt: skip
+    refuse_a_mix(flat, keep=keep, documents=documents, aids=aids)
+    keep = keep or KeepRule(threshold=threshold, local_window=local_window, sliding_window=sliding_window)
     if impl not in IMPLS:
         fail("impl", repr(impl), f"one of {IMPLS}")
     if prune_tau is not None and not (is_number(prune_tau) and math.isfinite(prune_tau) and prune_tau > 0):
@@ -105,7 +113,7 @@ def validate_inputs(
             typed_repr(prune_tau),
             "None or a finite positive number (prune attention mass below exp(-tau))",
         )
-    aids = TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
+    aids = aids or TrainingAids(keep_surrogate=keep_surrogate, logit_dropout=logit_dropout, dropout_seed=dropout_seed)
     _check_served(impl, prune_tau, aids)
     if qk_norm_eps is not None and not (is_number(qk_norm_eps) and math.isfinite(qk_norm_eps) and qk_norm_eps > 0):
         fail("qk_norm_eps", typed_repr(qk_norm_eps), "None or a finite positive number (the RMS norm's epsilon)")
@@ -121,6 +129,8 @@ def validate_inputs(
     if check_values and log_gate.numel() and bool((log_gate > 0).any()):
         worst = log_gate[log_gate > 0].max().item()  # NaN-free: NaN is not > 0
         fail("log_gate", f"max {worst:.4g}", "values <= 0 (a log forget gate, e.g. logsigmoid)")
+    if documents is not None:  # its ids checked against these inputs, as segment_ids would be
+        segment_ids = documents.ids
     documents = Documents.of(
         b,
         k.shape[2],
@@ -133,6 +143,30 @@ def validate_inputs(
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     qk_norm_eps = None if qk_norm_eps is None else float(qk_norm_eps)
     return Call(scale, keep, documents, aids, None if prune_tau is None else float(prune_tau), qk_norm_eps)
+
+
+# The contract's objects and the flat keywords each stands for, with their defaults.
+CONTRACT_KEYWORDS = {
+    "keep": (KeepRule, {"threshold": 0.0, "local_window": 0, "sliding_window": 0}),
+    "documents": (Documents, {"cu_seqlens": None, "key_padding_mask": None, "segment_ids": None}),
+    "aids": (TrainingAids, {"keep_surrogate": 0.0, "logit_dropout": 0.0, "dropout_seed": None}),
+}
+
+
+def refuse_a_mix(flat: dict, **objects) -> None:
+    """A ValueError for a contract object of the wrong type, or given beside a flat keyword it stands for that is
+    not at its default (``keep=`` with ``threshold=0.5``): one of the two forms per part of the contract."""
+    for name, given in objects.items():
+        if given is None:
+            continue
+        cls, keywords = CONTRACT_KEYWORDS[name]
+        if not isinstance(given, cls):
+            fail(name, typed_repr(given), f"None or a {cls.__name__}")
+        for keyword, default in keywords.items():
+            value = flat[keyword]
+            if not (value is None if default is None else (not isinstance(value, torch.Tensor) and value == default)):
+                fail(keyword, typed_repr(value), f"its default ({default}) beside {name}= (pass the {cls.__name__} "
+                     f"alone, or {', '.join(keywords)} alone)")  # fmt: skip
 
 
 def _check_served(impl: str, prune_tau, aids: TrainingAids) -> None:
@@ -173,6 +207,9 @@ def threshold_relative_attention(
     segment_ids: torch.Tensor | None = None,
     qk_norm_eps: float | None = None,
     validate: bool = True,
+    keep: KeepRule | None = None,
+    documents: Documents | None = None,
+    aids: TrainingAids | None = None,
 ) -> torch.Tensor:
     """Threshold Relative Attention (Opper et al., TMLR 2025, arXiv 2503.23174).
 
@@ -230,7 +267,13 @@ def threshold_relative_attention(
         validate: also check the values of ``log_gate`` (<= 0) and of the document arguments. Those checks
             read the data, a host synchronisation on a GPU and a graph break under torch.compile, so
             callers whose inputs are valid by construction (a logsigmoid gate, as in the TRA layer) pass
-            False; inside torch.compile they are skipped. Shapes, dtypes and options are always checked.
+            False; inside torch.compile they are skipped. Shapes, dtypes and options are checked, except that a
+            decoding step on the fused CPU kernels skips every check when the call passes the contract's objects
+            with validate=False (a step is microseconds of work per layer: the TRA layer's decoding).
+        keep, documents, aids: the call's contract as objects (``contract.py``: ``KeepRule``, ``Documents``,
+            ``TrainingAids``), each in place of the flat keywords it stands for (threshold and the windows;
+            cu_seqlens, key_padding_mask and segment_ids; keep_surrogate, logit_dropout and dropout_seed), which
+            must then keep their defaults. A layer builds them once and passes them on.
 
     Returns:
         (B, H, Sq, D): out_i = sum over kept j of softmax_j(s_ij + log_gate_i * c_ij) v_j, where c_ij
@@ -245,6 +288,11 @@ def threshold_relative_attention(
     gates are not validation errors (they are not > 0; +inf is, and fails ``validate=True``). The
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
+    if not validate and keep is not None:  # checked by construction: a decoding step's shortcut goes first
+        unchecked = Call(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale, keep, documents or NO_DOCUMENTS,
+                         aids or NO_AIDS, prune_tau, qk_norm_eps)  # fmt: skip
+        if (out := cpu_decode_step(q, k, v, log_gate, unchecked, impl)) is not None:
+            return out
     check_values = validate and not torch.compiler.is_compiling() and not getattr(q, "is_meta", False)  # no values
     call = validate_inputs(
         q,
@@ -265,74 +313,88 @@ def threshold_relative_attention(
         key_padding_mask=key_padding_mask,
         segment_ids=segment_ids,
         qk_norm_eps=qk_norm_eps,
+        keep=keep,
+        documents=documents,
+        aids=aids,
     )
+    if (out := decode_step(q, k, v, log_gate, call, impl)) is not None:
+        return out
     if call.aids.logit_dropout or call.aids.dropout_seed is not None:
         call = call._replace(aids=call.aids.drawn(q.device))  # the seed, drawn once, whichever impl runs
     impl = _resolve(impl, q, k, v, log_gate, call)
     if call.qk_norm_eps is not None and not (impl == "cpu" and cpu_kernels_available()):  # the kernels normalise
         q, k = rms_normalize(q, call.qk_norm_eps), rms_normalize(k, call.qk_norm_eps)
         call = call._replace(qk_norm_eps=None)
-    if impl == "cpu" and cpu_checks_itself(q, k, v, log_gate, call):  # no pass over the cache: the kernel's rows
-        return tra_cpu_decode(q, k, v, log_gate, scale=call.scale, keep=call.keep)  # apply the contract
     # The op fixes its own precision (fp32 accumulation); an enclosing autocast must not recast it (nor
     # round the scores that the keep decision compares with the threshold). The fused CPU kernels cast nothing.
     with no_autocast(q.device):
-        if impl == "decode" and checks_itself(q, call.documents):  # no pass over the whole cache to sanitise it
-            return tra_decode_unsanitized(q, k, v, log_gate, scale=call.scale, keep=call.keep)
         q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
         return poison(_dispatch(q, k, v, log_gate, impl, call), poisoned)
 
 
+def decode_step(q, k, v, log_gate, call: Call, impl: str) -> torch.Tensor | None:
+    """The op's value for a decoding step (a few queries, no gradient, no training aid, no early exit) that a
+    shortcut serves, or None for any other call: on the fused CPU kernels, one query per row in the kernel's own
+    rows (``cpu_decode_step``); where "auto" runs neither those kernels nor Triton, the materialised rows of
+    ``decode.py``, which apply the non-finite contract themselves for one query per row without documents."""
+    if call.prune_tau is not None or call.aids.active or not decodes(q, k, v, log_gate):
+        return None
+    if q.device.type == "cpu" and impl in ("auto", "cpu") and _kernels_run(impl):
+        return cpu_decode_step(q, k, v, log_gate, call, impl)  # else the kernels' forward, after the checks
+    if impl != "auto" or (q.is_cuda and triton_available() and _fits_triton(q)):
+        return None
+    if call.qk_norm_eps is not None:
+        q, k = rms_normalize(q, call.qk_norm_eps), rms_normalize(k, call.qk_norm_eps)
+    contract = {"scale": call.scale, "keep": call.keep}
+    with no_autocast(q.device):
+        if checks_itself(q, call.documents):  # no pass over the whole cache to sanitise it
+            return tra_decode_unsanitized(q, k, v, log_gate, **contract)
+        q, k, v, log_gate, poisoned = sanitize(q, k, v, log_gate, call.documents.ids)
+        return poison(tra_decode(q, k, v, log_gate, **contract, documents=call.documents), poisoned)
+
+
 def _resolve(impl: str, q, k, v, log_gate, call: Call) -> str:
-    """The implementation "auto" stands for: triton for CUDA tensors it fits; on a CPU the fused kernels where they
-    are faster than the chunked path on this machine (``cpu_choice.py``), else the materialised rows of a decoding
-    step (``decode.py``: a few queries, no gradient, no training aid, no early exit), else chunked; and the
-    materialised reference when the early exit meets dropout or the surrogate (which the fast paths refuse)."""
+    """The implementation "auto" stands for (after ``decode_step``): triton for CUDA tensors it fits; on a CPU the
+    fused kernels where they are faster than the chunked path on this machine (``cpu_choice.py``), else chunked;
+    and the materialised reference when the early exit meets dropout or the surrogate (which the fast paths
+    refuse)."""
     if impl != "auto":
         return impl
     if call.prune_tau is not None and call.aids.active:
         return "naive"
-    # The Triton kernels compute in fp32 and do not compile for fp64: fp64 stays on the chunked path.
-    fits_triton = q.shape[-1] <= 128 and q.dtype != torch.float64
-    if q.is_cuda and triton_available() and fits_triton:
+    if q.is_cuda and triton_available() and _fits_triton(q):
         return "triton"
     if q.device.type == "cpu" and call.prune_tau is None and cpu_kernels_chosen():
         return "cpu"
-    if call.prune_tau is None and not call.aids.active and decodes(q, k, v, log_gate):
-        return "decode"
     return "chunked"
 
 
-def cpu_checks_itself(q, k, v, log_gate, call: Call) -> bool:
-    """Whether the fused CPU kernels apply the non-finite contract themselves: a decoding step of one query per
-    row that sees every key (no documents, no sliding window), no training aid, no early exit, no gradient."""
+def _fits_triton(q) -> bool:
+    """The Triton kernels compute in fp32 and do not compile for fp64 (fp64 stays on the chunked path)."""
+    return q.shape[-1] <= 128 and q.dtype != torch.float64
+
+
+def _kernels_run(impl: str) -> bool:
+    """Whether the fused CPU kernels run ``impl`` ("auto" or "cpu") here."""
+    return cpu_kernels_chosen() if impl == "auto" else cpu_kernels_available()
+
+
+def cpu_decode_step(q, k, v, log_gate, call: Call, impl: str) -> torch.Tensor | None:
+    """A decoding step in the fused CPU kernels' own rows, which apply the non-finite contract themselves: one
+    query per row that sees every key (no documents, no sliding window, no RMS norm), no training aid, no early
+    exit, no gradient, where the kernels run ``impl``; else None. Its conditions read metadata alone, so a caller
+    whose inputs are valid by construction calls it before the op's checks (``threshold_relative_attention`` with
+    the contract's objects and validate=False)."""
     plain = call.prune_tau is None and not call.aids.active and call.documents.ids is None and not call.qk_norm_eps
-    return plain and _cpu_decodes(q, k, v, log_gate, call.keep) and cpu_kernels_available()
-
-
-def _cpu_decodes(q, k, v, log_gate, keep: KeepRule) -> bool:
-    """One query per row without gradients and without a sliding window (the kernels built: see the callers)."""
-    one_query = q.shape[2] == 1 and not keep.sliding_window
-    return one_query and decodes(q, k, v, log_gate)
-
-
-def cpu_decode_step(q, k, v, log_gate, *, scale: float, keep: KeepRule, impl: str = "auto") -> torch.Tensor | None:
-    """The op's value for a decoding step that ``impl`` runs on the fused CPU kernels, without the op's checks, or
-    None for any other call. For a caller whose inputs are valid by construction and that passes no documents, no
-    training aid and no early exit (the TRA layer in evaluation): a decoding step is a few microseconds of work per
-    layer, and the checks cost more than that at short contexts."""
-    if impl not in ("auto", "cpu") or q.device.type != "cpu" or not _cpu_decodes(q, k, v, log_gate, keep):
+    one_query = q.shape[2] == 1 and not call.keep.sliding_window and q.device.type == "cpu"
+    if not (plain and one_query and impl in ("auto", "cpu") and decodes(q, k, v, log_gate) and _kernels_run(impl)):
         return None
-    if not (cpu_kernels_chosen() if impl == "auto" else cpu_kernels_available()):
-        return None
-    return tra_cpu_decode(q, k, v, log_gate, scale=scale, keep=keep)
+    return tra_cpu_decode(q, k, v, log_gate, scale=call.scale, keep=call.keep)
 
 
 def _dispatch(q, k, v, log_gate, impl: str, call: Call):
     """Run ``impl`` with the call's contract, by keyword."""
     contract = {"scale": call.scale, "keep": call.keep, "documents": call.documents}
-    if impl == "decode":
-        return tra_decode(q, k, v, log_gate, **contract)
     if impl == "naive":  # the reference never prunes; the surrogate's gradient is its own materialised form
         run = tra_surrogate if call.aids.keep_surrogate else tra_naive
         return run(q, k, v, log_gate, **contract, aids=call.aids)

@@ -180,11 +180,6 @@ def tra_triton(
         raise ValueError("tra_triton: prune_tau does not combine with keep_surrogate or logit_dropout")
     if q.numel() == 0:  # no program to launch: an empty output that still joins the graph
         return q * 0
-    b, h, sq, _ = q.shape
-    segments = documents.segments(sq)
-    dropout = None
-    if aids.logit_dropout:
-        dropout = LogitDropout(aids.logit_dropout, aids.dropout_seed, b, h, sq, k.shape[2], q.device)
-        dropout.rows = dropout.rows.reshape(b * h, sq).contiguous()
-    training = (aids.surrogate_for(keep), dropout)
+    segments = documents.segments(q.shape[2])
+    training = aids.prepared(keep, q, k.shape[2])
     return TritonTRA.apply(q, k, v, log_gate, float(scale), keep.threshold, prune_tau, keep.windows, segments, training)
