@@ -39,7 +39,7 @@ stage attention 100 "$py" benchmarks/attention.py --device cuda --lengths 4096 1
 stage lm_throughput 100 "$py" benchmarks/lm_throughput.py --device cuda --precision bf16 --lengths 2048 \
     --model 768 12 12 --methods nope tra tra:local_window=4,keep_surrogate=1 --tokens-per-step 65536 --steps 10 \
     --repeats 1 --out "$out/lm_throughput_gpu.md"
-stage compile 120 bash -c "'$py' -m tra_attn lm train --device cuda --precision bf16 --compile --length 2048 \
+stage compile 120 bash -c "'$py' -m tra_attn train --task lm --device cuda --precision bf16 --compile --length 2048 \
     --batch-size 8 --steps 10 --d-model 768 --n-layers 12 --n-heads 12 --eval-every 0 --log-every 5 --no-progress \
     --out /tmp/compile_run > '$out/compile.log' 2>&1; code=\$?; cat /tmp/compile_run/metrics.jsonl >> '$out/compile.log'; exit \$code"
 tail -3 "$out/compile.log"

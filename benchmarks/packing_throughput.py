@@ -10,7 +10,7 @@ pages or a fine-tuning set is. One epoch over them trains (forward, backward, Ad
 - padded: each document alone in its own row (one longer than ``--length`` in several), right-padded to
   the longest row of its batch with ``attention_mask`` (Hugging Face's ``padding="longest"``, in corpus order);
 - packed: the documents end to end in rows of ``--length`` tokens, each token tagged with its document
-  (``segment_ids``), so no token attends to another document (``tra lm train --pack``).
+  (``segment_ids``), so no token attends to another document (``tra train --task lm --pack``).
 
 Tokens/s counts the documents' tokens (never padding) over the epoch's seconds, after one untimed step of
 each layout. Layouts and methods alternate between repeats, so machine noise hits them alike; run it on an

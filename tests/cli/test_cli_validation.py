@@ -143,6 +143,11 @@ CASES = [
     (["train", "--out", "{tmp}/r", "--task-arg", "p_ignore=2"], r"p_ignore = 2; expected a probability"),
     (["train", "--out", "{tmp}/r", "--task-arg", "final_read=maybe"], r"final_read = 'maybe'; expected true or false"),
     (["train", "--out", "{tmp}/r2", "--task-arg", "rate=2"], r"unknown arguments \['rate'\]"),
+    (["train", "--out", "{tmp}/r", "--p-ignore", "2"], r"p_ignore = 2\.0; expected a probability"),
+    (
+        ["train", "--out", "{tmp}/r", "--task", "mqar", "--corpus", "austen"],
+        r"--corpus is a parameter of lm; the task is 'mqar' \(its parameters: `tra data mqar --help`\)",
+    ),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/unknown_field.json"], r"unknown fields \['epochs'\]"),
     (["train", "--out", "{tmp}/r", "--config", "{tmp}/newer.json"], r"version = 8; expected 7 \(newer files need a "),
     (

@@ -126,7 +126,10 @@ def test_a_read_only_folder_fails_every_command_in_one_line(tmp_path, straight, 
             "data": (["data", "flipflop", "--num", "4", "--length", "16", "--out", ro / "x.txt"], "sequences {ro}/x"),
             "eval --out": (["eval", "--checkpoint", ro / "run", "--sequences", "8", "--out", ro / "r.jsonl"], "result"),
             "run": (["run", ro / "results" / "text_four_seeds", "--no-train"], "{ro}/results/text_four_seeds/bits_per"),
-            "token cache": (["lm", "train", "--out", tmp_path / "lm", *lm, *TINY_TRAIN[:6]], "{ro}/cache/byte-"),
+            "token cache": (
+                ["train", "--task", "lm", "--out", tmp_path / "lm", *lm, *TINY_TRAIN[:6]],
+                "{ro}/cache/byte-",
+            ),
         }
         for name, (argv, written) in cases.items():
             code, _, err = tra(argv, capsys)
@@ -384,7 +387,7 @@ def test_a_full_tmpfs_under_the_token_cache_is_one_line(tmp_path):
     (tmp_path / "corpus.txt").write_text("some text to tokenize\n" * 60_000)
     with tmpfs(tmp_path / "disk", "64k") as disk:
         result = cli(
-            "lm", "train", "--corpus", tmp_path / "corpus.txt", "--validation-text", tmp_path / "corpus.txt",
+            "train", "--task", "lm", "--corpus", tmp_path / "corpus.txt", "--validation-text", tmp_path / "corpus.txt",
             "--out", tmp_path / "run", *TINY_TRAIN, env={"TRA_CACHE_DIR": str(disk)},
         )  # fmt: skip
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Packed text training (``tra lm train --pack``): the documents of a corpus, the segment ids and loss mask of
+"""Packed text training (``tra train --task lm --pack``): the documents of a corpus, the segment ids and loss mask of
 packed windows, their way through the training step, and packed training end to end with exact resume."""
 
 from __future__ import annotations
@@ -178,12 +178,12 @@ def test_lm_train_pack_records_the_task_argument_and_resumes_exactly(documents, 
     flags += ["--n-heads", "2", "--dropout", "0.1", "--checkpoint-every", "3", "--eval-every", "3"]
     flags += ["--eval-sequences", "2", "--no-progress"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert run(["lm", "train", "--out", str(straight), *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(straight), *flags], capsys)[0] == 0
     saved = json.loads((straight / "train_config.json").read_text())
     assert saved["task_args"] == {**documents, "pack": True}
-    assert run(["lm", "train", "--out", str(resumed), *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(resumed), *flags], capsys)[0] == 0
     shutil.rmtree(resumed / "checkpoints" / "step_0000006")
-    assert run(["lm", "train", "--out", str(resumed), "--resume", *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(resumed), "--resume", *flags], capsys)[0] == 0
     a = TransformerLM.from_pretrained(resolve_checkpoint(straight)).state_dict()
     b = TransformerLM.from_pretrained(resolve_checkpoint(resumed)).state_dict()
     assert all(torch.equal(a[name], b[name]) for name in a)

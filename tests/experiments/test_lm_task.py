@@ -96,17 +96,17 @@ def test_lm_train_command_maps_its_corpus_flags_and_resumes_exactly(corpus, tmp_
     flags += ["--n-heads", "2", "--dropout", "0.1", "--checkpoint-every", "3", "--eval-every", "3"]
     flags += ["--eval-sequences", "4", "--no-progress"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert run(["lm", "train", "--out", str(straight), *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(straight), *flags], capsys)[0] == 0
     saved = json.loads((straight / "train_config.json").read_text())
     assert saved["task"] == "lm" and saved["task_args"] == {**corpus, "tokenizer": "byte"}
     assert saved["model"]["tokenizer"]["name"] == "byte" and saved["model"]["vocab_size"] == 256
-    assert run(["lm", "train", "--out", str(resumed), *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(resumed), *flags], capsys)[0] == 0
     shutil.rmtree(resumed / "checkpoints" / "step_0000006")
-    assert run(["lm", "train", "--out", str(resumed), "--resume", *flags], capsys)[0] == 0
+    assert run(["train", "--task", "lm", "--out", str(resumed), "--resume", *flags], capsys)[0] == 0
     a = TransformerLM.from_pretrained(resolve_checkpoint(straight)).state_dict()
     b = TransformerLM.from_pretrained(resolve_checkpoint(resumed)).state_dict()
     assert all(torch.equal(a[name], b[name]) for name in a)
-    code, _, err = run(["lm", "train", "--out", str(tmp_path / "bad"), "--corpus", corpus["corpus"]], capsys)
+    code, _, err = run(["train", "--task", "lm", "--out", str(tmp_path / "bad"), "--corpus", corpus["corpus"]], capsys)
     assert code == 2 and "validation_text = None; expected validation_text=PATH" in err
 
 
@@ -399,8 +399,9 @@ def test_lm_commands_fail_on_missing_data_before_creating_any_output(corpus, tmp
     flags = ["--length", "8", "--steps", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2"]
     code, _, err = run(
         [
-            "lm",
             "train",
+            "--task",
+            "lm",
             "--out",
             tmp_path / "a",
             "--corpus",
@@ -413,7 +414,18 @@ def test_lm_commands_fail_on_missing_data_before_creating_any_output(corpus, tmp
     )
     assert code == 2 and f"corpus path {missing} does not exist" in err
     code, _, err = run(
-        ["lm", "train", "--out", tmp_path / "b", "--corpus", "austen", "--data-dir", tmp_path / "nowhere", *flags],
+        [
+            "train",
+            "--task",
+            "lm",
+            "--out",
+            tmp_path / "b",
+            "--corpus",
+            "austen",
+            "--data-dir",
+            tmp_path / "nowhere",
+            *flags,
+        ],  # fmt: skip
         capsys,
     )
     assert code == 2 and "austen: --data-dir" in err and "is not a folder" in err

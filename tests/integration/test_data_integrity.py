@@ -381,11 +381,11 @@ def test_fit_accuracy_out_of_range_is_refused_before_any_work(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("command", [["lm", "train"], ["train", "--task", "lm"]])
-def test_training_a_language_model_to_fit_is_refused_before_any_work(command, tmp_path, capsys):
-    """Text has no full-sequence accuracy: `tra lm train --fit-accuracy 0.5` was refused at the first validation,
-    after training rows and the run folder were written."""
+def test_training_a_language_model_to_fit_is_refused_before_any_work(tmp_path, capsys):
+    """Text has no full-sequence accuracy: `tra train --task lm --fit-accuracy 0.5` was refused at the first
+    validation, after training rows and the run folder were written."""
     out = tmp_path / "out"
+    command = ["train", "--task", "lm"]
     code, _, err = run([*command, "--fit-accuracy", "0.5", "--out", out, "--steps", "2", "--length", "16"], capsys)
     assert code == 2 and re.fullmatch(
         r"tra: error: --fit-accuracy \(TrainConfig\.fit_accuracy\) = 0\.5: the lm task's validation has no "
@@ -404,9 +404,8 @@ def test_path_task_arguments_are_recorded_absolute(tmp_path, monkeypatch):
     (tmp_path / "data" / "train.txt").write_text(TEXT)
     (tmp_path / "data" / "valid.txt").write_text(TEXT)
     args = build_parser().parse_args(
-        ["lm", "train", "--corpus", "data/train.txt", "--validation-text", "data/valid.txt", "--out", "run"]
+        ["train", "--task", "lm", "--corpus", "data/train.txt", "--validation-text", "data/valid.txt", "--out", "run"]
     )
-    args.task, args.task_arg = "lm", [("corpus", "data/train.txt"), ("validation_text", "data/valid.txt")]
     config = config_from_args(args)
     assert config.task_args["corpus"] == str(tmp_path / "data" / "train.txt")
     assert config.task_args["validation_text"] == str(tmp_path / "data" / "valid.txt")
@@ -437,7 +436,8 @@ def test_a_run_with_a_relative_corpus_evaluates_from_another_folder(tmp_path, mo
     (tmp_path / "work" / "data" / "train.txt").write_text(TEXT)
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path / "work")
-    argv = ["lm", "train", "--corpus", "data/train.txt", "--validation-text", "data/train.txt", "--out", "run"]
+    argv = ["train", "--task", "lm", "--corpus", "data/train.txt", "--validation-text", "data/train.txt"]
+    argv += ["--out", "run"]
     code, _, err = run([*argv, *TINY_TRAIN], capsys)
     assert code == 0, err
     monkeypatch.chdir(tmp_path)

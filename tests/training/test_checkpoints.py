@@ -133,7 +133,8 @@ def test_nonfinite_weights_are_refused_by_every_command_that_reads_a_model(tmp_p
 def test_lm_eval_refuses_nonfinite_weights(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TRA_CACHE_DIR", str(tmp_path / "cache"))
     flags = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--length", "16", "--batch-size", "2"]
-    code, _, err = tra(["lm", "train", "--out", tmp_path / "lm", "--steps", "2", *flags, "--no-progress"], capsys)
+    argv = ["train", "--task", "lm", "--out", tmp_path / "lm", "--steps", "2", *flags, "--no-progress"]
+    code, _, err = tra(argv, capsys)
     assert code == 0, err
     overwrite_with_nan(resolve_checkpoint(tmp_path / "lm"))
     code, _, err = tra(["lm", "eval", "--checkpoint", tmp_path / "lm", "--tokens", "600"], capsys)

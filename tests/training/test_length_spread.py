@@ -127,7 +127,8 @@ def test_tra_lm_train_takes_a_length_spread(tmp_path):
     """It used to fail in spread_batch: a text window is one token longer than its length."""
     from tra_attn.cli import main
 
-    argv = ["lm", "train", "--out", str(tmp_path / "run"), "--length", "32", "--steps", "2", "--batch-size", "4"]
+    argv = ["train", "--task", "lm", "--out", str(tmp_path / "run"), "--length", "32", "--steps", "2"]
+    argv += ["--batch-size", "4"]
     argv += ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--eval-sequences", "4", "--length-spread", "0.5"]
     assert main([*argv, "--no-progress"]) == 0
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000002"]

@@ -1,5 +1,5 @@
-"""``tra lm ...``: language models on real text. ``train`` is ``tra train --task lm`` with the corpus flags;
-``eval`` and ``sample`` call experiments/lm. Comparisons on text are questions (``tra run results/text``)."""
+"""``tra lm ...``: language models on real text, once trained (``tra train --task lm --corpus ...``): ``eval`` and
+``sample`` call experiments/lm. Comparisons on text are questions (``tra run results/text``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 from ..utils.cli_help import HelpFormatter
 from ..utils.os_errors import writing
 from .args import device_arg, file_arg, finite_float, path_arg
-from .train import add_train_flags, check_output_file, parse_seed
-from .train import cmd_train as train_command
+from .train import check_output_file, parse_seed
 
 
 def cmd_sample(args) -> None:
@@ -58,61 +57,9 @@ def cmd_eval(args) -> None:
     )
 
 
-# `tra lm train` flags that are parameters of the lm task: their destinations (not the bare names, which
-# would collide with config fields such as ModelConfig.tokenizer) and the task_args they set.
-TASK_FLAGS = {
-    "lm_corpus": "corpus",
-    "lm_tokenizer": "tokenizer",
-    "lm_data_dir": "data_dir",
-    "lm_validation_text": "validation_text",
-}
-
-
-def cmd_train(args) -> None:
-    """`tra train --task lm`, with the lm task's parameters as first-class flags."""
-    given = [(name, str(getattr(args, dest))) for dest, name in TASK_FLAGS.items() if getattr(args, dest) is not None]
-    if args.lm_pack:  # recorded only when given, so runs without it keep their task_args
-        given.append(("pack", True))
-    args.task = "lm"
-    args.task_arg = given + (args.task_arg or [])
-    train_command(args)
-
-
 def add_lm_command(sub: argparse._SubParsersAction) -> None:
     lm = sub.add_parser("lm", help="language models on real text", formatter_class=HelpFormatter)
     lm_sub = lm.add_subparsers(dest="lm_command", required=True, metavar="COMMAND")
-    tp = lm_sub.add_parser(
-        "train",
-        help="train one language model (`tra train --task lm` with the corpus flags below)",
-        formatter_class=HelpFormatter,
-    )
-    tp.add_argument(
-        "--corpus", dest="lm_corpus", help="austen, wikitext103, or a text/gzip file or folder (default: austen)"
-    )
-    tp.add_argument("--tokenizer", dest="lm_tokenizer", help="byte or gpt2 (default: byte)")
-    tp.add_argument(
-        "--data-dir",
-        dest="lm_data_dir",
-        type=path_arg,
-        help="folder of a benchmark corpus's files (default: austen ships with the package; wikitext103 is read "
-        "through the datasets package)",
-    )
-    tp.add_argument(
-        "--validation-text",
-        dest="lm_validation_text",
-        type=file_arg,
-        help="held-out text when --corpus is a path (default: none)",
-    )
-    tp.add_argument(
-        "--pack",
-        dest="lm_pack",
-        action="store_true",
-        help="train on packed documents: windows carry each token's document, no token attends to another "
-        "document and none predicts across a boundary (validation reads the text as one stream either way)",
-    )
-    add_train_flags(tp)
-    tp.set_defaults(func=cmd_train)
-
     sp = lm_sub.add_parser(
         "sample", help="continue a prompt with a trained model (KV-cache decoding)", formatter_class=HelpFormatter
     )

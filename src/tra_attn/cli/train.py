@@ -1,4 +1,5 @@
-"""``tra data`` and ``tra train``, and the flags of one training run (shared with ``tra lm train``)."""
+"""``tra data`` and ``tra train``: the flags of one training run, each config field's, each attention option's and each
+task parameter's (the task's own, checked against ``--task``)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,56 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         _add_flag(group, qualified, f.default, help_text, dest=f"option_{qualified}", finite=not infinite)
 
 
+def task_flags() -> dict[str, tuple[dataclasses.Field, list[str]]]:
+    """Every task parameter as a flag: its name -> (its field in the first task that declares it, every task that
+    does), from the registered tasks."""
+    flags: dict = {}
+    for name, cls in TASKS.items():
+        for f in dataclasses.fields(cls):
+            flags.setdefault(f.name, (f, []))[1].append(name)
+    return flags
+
+
+def _add_task_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per task parameter (``tra data TASK --help`` describes each task's), None unless given: of its
+    default's type, or of its declared type (text where a None default declares none); a name that tasks declare
+    with different types is read as JSON or text, and the task checks it."""
+    group = parser.add_argument_group("task parameters (each belongs to the tasks named in its help; --task picks)")
+    for name, (f, tasks) in task_flags().items():
+        types = {type(TASKS[t].__dataclass_fields__[name].default) for t in tasks}
+        helps = {TASKS[t].__dataclass_fields__[name].metadata.get("help", "") for t in tasks}
+        meaning = helps.pop() if len(helps) == 1 else "a parameter of each, its meaning in `tra data TASK --help`"
+        help_text = f"{', '.join(tasks)}: {meaning}"
+        if len(types) > 1 or f.default is None:
+            kind = (f.metadata.get("type") or str) if len(types) == 1 else _json_or_text
+            metavar = "VALUE" if kind is _json_or_text else kind.__name__.upper()
+            group.add_argument(_flag(name), type=kind, default=None, dest=f"task_{name}", metavar=metavar,
+                               help=help_text)  # fmt: skip
+        else:
+            defaults = {repr(TASKS[t].__dataclass_fields__[name].default) for t in tasks}
+            shown = f.default if len(defaults) == 1 else "the task's"
+            _add_flag(group, name, f.default, f"{help_text} (default: {shown})", dest=f"task_{name}")
+
+
+def _json_or_text(text: str):
+    """A value as JSON if it parses, else as text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _task_args(args, task: str) -> dict:
+    """The task parameters given as flags, each of which must belong to ``task``."""
+    given = {name: v for name in task_flags() if (v := getattr(args, f"task_{name}", None)) is not None}
+    for name in given:
+        tasks = task_flags()[name][1]
+        if task not in tasks:
+            raise ValueError(f"{_flag(name)} is a parameter of {', '.join(tasks)}; the task is {task!r} (its "
+                             f"parameters: `tra data {task} --help`)")  # fmt: skip
+    return given
+
+
 def _attention_options(args, model: dict) -> dict:
     """The model's attention options: the config file's (unless --attention names another kind) updated by the
     option flags given, each of which must belong to the model's kind."""
@@ -110,10 +161,7 @@ def _parse_task_arg(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(
             f"--task-arg {text!r}; expected NAME=VALUE, e.g. rate=0.9 (see `tra data TASK --help`)"
         )
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
+    return name, _json_or_text(value)
 
 
 def _read_config_file(path: Path) -> dict:
@@ -153,8 +201,9 @@ def config_from_args(args) -> TrainConfig:
         if f.name not in ("model", "task_args") and getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
     data.setdefault("task", default_task())
-    if args.task_arg:
-        data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg)}
+    flags = _task_args(args, data["task"])
+    if args.task_arg or flags:
+        data["task_args"] = {**data.get("task_args", {}), **dict(args.task_arg or []), **flags}
     if isinstance(data.get("task_args"), dict):  # the run records where its data are, whatever its folder
         data["task_args"] = absolute_task_args(data["task"], data["task_args"])
     task = make_task(data["task"], **data.get("task_args", {}))
@@ -224,7 +273,8 @@ def add_data_command(sub) -> None:
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of one training run (all but ``--task``): output, config file, resume, task and config fields."""
+    """The flags of one training run (all but ``--task``): output, config file, resume, config fields, attention
+    options and task parameters."""
     parser.add_argument("--out", type=path_arg, required=True, help="run directory (required)")
     parser.add_argument(
         "--config", type=file_arg, help="a TrainConfig JSON, e.g. a run's train_config.json (default: none)"
@@ -241,10 +291,10 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
         type=_parse_task_arg,
         action="append",
         metavar="NAME=VALUE",
-        help="a task parameter, repeatable, as JSON or text; the task's parameters are the flags of "
-        "`tra data TASK --help` (default: the task's defaults)",
+        help="a task parameter, repeatable, as JSON or text, as its flag below gives it (default: the task's defaults)",
     )
     _add_config_flags(parser)
+    _add_task_flags(parser)
 
 
 def add_train_command(sub) -> None:

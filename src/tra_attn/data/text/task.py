@@ -6,7 +6,7 @@ too. Training windows are a pure function of (seed, step), so resume stays exact
 scores the same validation tokens at 1x, 2x, 4x, 8x and 16x the training length with non-overlapping
 windows: loss, perplexity and bits per byte.
 
-With ``pack=True`` (``tra lm train --pack``) training windows are packed documents: each window carries the
+With ``pack=True`` (``tra train --task lm --pack``) training windows are packed documents: each window carries the
 document of every token (``segment_ids``, from the corpus's recorded document boundaries), so no token
 attends to another document, and the first token of a document is never a target. Validation and
 evaluation read the validation text as one stream either way, so their numbers compare across runs.
