@@ -87,12 +87,16 @@ def compile_one(
     training: tuple[bool, bool] = (False, False),
     arch: int = 90,
     config: dict | None = None,
+    dot_scan: bool = DOT_SCAN,
+    with_sass: bool = False,
 ) -> dict:
+    """Compile one configuration for ``arch`` and report its resources (``config``: tiles other than the shipped
+    ones; ``dot_scan``: the in-tile count's form; ``with_sass``: the row also holds the disassembly)."""
     config = config or CONFIGS[block_d]
     bn, (bm, warps, stages) = config["BN"], config[kind]
     if kind == "bwd" and training[1]:
         bm, warps, stages = config.get("bwd_surrogate", config["bwd"])
-    constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": DOT_SCAN, "IEEE": False}
+    constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": dot_scan, "IEEE": False}
     constexprs["HAS_SEG"] = segments
     constexprs["DROPOUT"] = training[0]
     if kind == "fwd":
@@ -121,7 +125,7 @@ def compile_one(
             [os.path.join(bindir, "cuobjdump"), "--dump-sass", f.name], capture_output=True, text=True, check=True
         ).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-    return {
+    row = {
         "kernel": kind,
         "dtype": dtype,
         "D": block_d,
@@ -141,6 +145,7 @@ def compile_one(
         "pipelined": "async_copy" in compiled.asm["ttgir"],  # key/value loads prefetched asynchronously
         "mma": sass.count("HMMA"),
     }
+    return {**row, "sass": sass} if with_sass else row
 
 
 def problems(row: dict) -> list[str]:
