@@ -14,6 +14,9 @@
 #   lm_throughput_gpu.md   bf16 training tokens/s and peak memory, TRA and TRA with local window 4 + keep
 #                          surrogate 1 vs NoPE (SDPA-flash), L = 2k, 12 layers, d_model 768, 64k tokens per step
 #   compile.log            a TRA model trained for 10 steps through torch.compile (bf16)
+#   attention_gpu_variants.md  the op benchmark again with the opt-in kernel variants on (the interior blocks' own
+#                          loop and the count as a triangular matmul: TRA_TRITON_INTERIOR=1 TRA_TRITON_DOT_SCAN=1;
+#                          their instruction floors: results/benchmarks/triton_cost_model.md), beside SDPA-flash
 set -uo pipefail
 out="${1:-results/benchmarks/gpu_session}"
 mkdir -p "$out"
@@ -43,3 +46,5 @@ stage compile 120 bash -c "'$py' -m tra_attn train --task lm --device cuda --pre
     --batch-size 8 --steps 10 --d-model 768 --n-layers 12 --n-heads 12 --eval-every 0 --log-every 5 --no-progress \
     --out /tmp/compile_run > '$out/compile.log' 2>&1; code=\$?; cat /tmp/compile_run/metrics.jsonl >> '$out/compile.log'; exit \$code"
 tail -3 "$out/compile.log"
+stage attention_variants 100 env TRA_TRITON_INTERIOR=1 TRA_TRITON_DOT_SCAN=1 "$py" benchmarks/attention.py \
+    --device cuda --lengths 4096 16384 --repeats 10 --out "$out/attention_gpu_variants.md"

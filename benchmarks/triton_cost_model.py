@@ -99,18 +99,22 @@ CLASSES = {  # SASS opcode -> class of the instruction mix
 }
 
 
-def variants(block_d: int) -> dict[str, tuple[dict, bool]]:
-    """Name -> (tiles, the in-tile count as a triangular matmul): the shipped kernels and the changes issue 54's
-    anchors suggest that need no new code (wider key blocks, the count on the tensor cores)."""
-    from tra_attn.ops.tra.triton_op import CONFIGS, DOT_SCAN
+def variants(block_d: int) -> dict[str, tuple[dict, bool, bool]]:
+    """Name -> (tiles, the in-tile count as a triangular matmul, the interior blocks in a loop of their own): the
+    shipped kernels, the opt-in variants (``triton_op``: TRA_TRITON_DOT_SCAN, TRA_TRITON_INTERIOR) and wider key
+    blocks."""
+    from tra_attn.ops.tra.triton_op import CONFIGS
 
     shipped = CONFIGS[block_d]
     wide = {**shipped, "BN": 64}
+    bn = shipped["BN"]
     return {
-        f"shipped (BN {shipped['BN']}, {'dot' if DOT_SCAN else 'cumsum'} count)": (shipped, DOT_SCAN),
-        f"BN {shipped['BN']}, dot count": (shipped, True),
-        "BN 64, cumsum count": (wide, False),
-        "BN 64, dot count": (wide, True),
+        f"shipped (BN {bn})": (shipped, False, False),
+        f"BN {bn}, dot count": (shipped, True, False),
+        f"BN {bn}, interior loop": (shipped, False, True),
+        f"BN {bn}, interior loop, dot count": (shipped, True, True),
+        "BN 64, dot count": (wide, True, False),
+        "BN 64, interior loop, dot count": (wide, True, True),
     }
 
 
@@ -125,8 +129,9 @@ def instructions(sass: str) -> list[tuple[int, str]]:
 
 
 def main_loop(sass: str) -> list[str]:
-    """The instructions of the loop that holds the most tensor-core instructions: from a backward branch's target
-    to the branch."""
+    """The instructions of the key-block loop, from a backward branch's target to the branch: of the loops holding
+    the most tensor-core instructions, the shortest (the interior blocks' loop where there is one, which runs
+    nearly every block of a long sequence)."""
     code = instructions(sass)
     loops = []
     for address, text in code:
@@ -136,7 +141,8 @@ def main_loop(sass: str) -> list[str]:
             loops.append([t for a, t in code if start <= a <= address])
     if not loops:
         raise RuntimeError("no loop found in the disassembly")
-    return max(loops, key=lambda body: sum(t.startswith(("HGMMA", "HMMA")) for t in body))
+    most = max(sum(t.startswith(("HGMMA", "HMMA")) for t in body) for body in loops)
+    return min((body for body in loops if sum(t.startswith(("HGMMA", "HMMA")) for t in body) == most), key=len)
 
 
 def tensor_flops(body: list[str], warps: int) -> int:
@@ -161,10 +167,11 @@ def mix(body: list[str]) -> Counter:
     return counts
 
 
-def analyse(kind: str, block_d: int, config: dict, dot_scan: bool) -> dict:
+def analyse(kind: str, block_d: int, config: dict, dot_scan: bool, interior: bool = False) -> dict:
     from tra_attn.ops.tra.triton_aot import compile_one
 
-    row = compile_one(kind, "bf16", block_d, False, config=config, dot_scan=dot_scan, with_sass=True)
+    row = compile_one(kind, "bf16", block_d, False, config=config, dot_scan=dot_scan, interior=interior,
+                      with_sass=True)  # fmt: skip
     body = main_loop(row.pop("sass"))
     warps, bm, bn = row["warps"], row["BM"], row["BN"]
     counts = mix(body)
@@ -315,9 +322,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = {}
     for block_d in args.head_dims:
-        for name, (config, dot_scan) in variants(block_d).items():
+        for name, (config, dot_scan, interior) in variants(block_d).items():
             for kind in ("fwd", "bwd"):
-                results[(block_d, kind, name)] = analyse(kind, block_d, config, dot_scan)
+                results[(block_d, kind, name)] = analyse(kind, block_d, config, dot_scan, interior)
                 r = results[(block_d, kind, name)]
                 print(f"{kind} D={block_d} {name}: {r['loop']} instructions, {r['per_score']:.1f} per score, "
                       f"bound by {r['bound']}, at most {r['ratio']:.2f}x flash", flush=True)  # fmt: skip

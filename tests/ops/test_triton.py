@@ -101,6 +101,34 @@ def test_triton_training_options_match_chunked(case, options):
         assert_close(a.cpu(), e, atol=3e-5 * max(1.0, e.abs().max().item()), name=name)
 
 
+VARIANT_CASES = {  # the keep rule and aids: interior blocks exist in every case but the last two
+    "plain": {},
+    "local window, high threshold": {"local_window": 3, "threshold": 0.6},
+    "surrogate and dropout": {"local_window": 2, "keep_surrogate": 0.5, "logit_dropout": 0.2, "dropout_seed": 5},
+    "sliding window": {"sliding_window": 90},
+    "documents": {"segment_ids": torch.tensor([[0] * 100 + [1] * 180 + [-1] * 20])},
+}
+
+
+@pytest.mark.parametrize("variant", [{"INTERIOR": True}, {"DOT_SCAN": True}, {"INTERIOR": True, "DOT_SCAN": True}],
+                         ids=["interior", "dot-scan", "both"])  # fmt: skip
+@pytest.mark.parametrize("case", VARIANT_CASES)
+def test_the_opt_in_kernel_variants_compute_the_shipped_values(monkeypatch, case, variant):
+    """The interior blocks' own loop and the count as a triangular matmul change the instructions, not the values:
+    outputs and gradients bit for bit those of the shipped kernels (which match the chunked path above)."""
+    from tra_attn.ops.tra import triton_op
+
+    low = inputs_on_device(1, 2, 300, 300, 16, dtype=torch.float32, seed=6)
+    grad_out = torch.randn(1, 2, 300, 16, device=DEVICE)
+    kw = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in VARIANT_CASES[case].items()}
+    run = lambda *x: threshold_relative_attention(*x, impl="triton", **kw)  # noqa: E731
+    shipped = output_and_grads(run, low, grad_out)
+    for name, value in variant.items():
+        monkeypatch.setattr(triton_op, name, value)
+    for name, a, e in zip(NAMES, output_and_grads(run, low, grad_out), shipped):
+        assert torch.equal(a, e), name
+
+
 def test_naive_chunked_and_triton_drop_the_same_logits():
     q, k, v, g = inputs_on_device(2, 2, 50, 50, 16, dtype=torch.float32, seed=6)
     reference = [t.detach().cpu().double() for t in (q, k, v, g)]

@@ -26,7 +26,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from .triton_kernels import tra_bwd_kernel, tra_fwd_kernel  # noqa: E402
-from .triton_op import CONFIGS, DOT_SCAN  # noqa: E402
+from .triton_op import CONFIGS, DOT_SCAN, INTERIOR  # noqa: E402
 
 SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on sm_90
 _DATA_POINTERS = {"Q", "K", "V", "O", "DO"}  # in the input dtype
@@ -88,16 +88,19 @@ def compile_one(
     arch: int = 90,
     config: dict | None = None,
     dot_scan: bool = DOT_SCAN,
+    interior: bool = INTERIOR,
     with_sass: bool = False,
 ) -> dict:
     """Compile one configuration for ``arch`` and report its resources (``config``: tiles other than the shipped
-    ones; ``dot_scan``: the in-tile count's form; ``with_sass``: the row also holds the disassembly)."""
+    ones; ``dot_scan``: the in-tile count's form; ``interior``: the interior blocks' loop of their own;
+    ``with_sass``: the row also holds the disassembly)."""
     config = config or CONFIGS[block_d]
     bn, (bm, warps, stages) = config["BN"], config[kind]
     if kind == "bwd" and training[1]:
         bm, warps, stages = config.get("bwd_surrogate", config["bwd"])
     constexprs = {"D": block_d, "BLOCK_D": block_d, "BM": bm, "BN": bn, "DOT_SCAN": dot_scan, "IEEE": False}
     constexprs["HAS_SEG"] = segments
+    constexprs["INTERIOR"] = interior
     constexprs["DROPOUT"] = training[0]
     if kind == "fwd":
         constexprs["PRUNE"] = prune

@@ -12,7 +12,9 @@ blocks outside every row's sliding window are not visited (docs/windows.md). Wit
 the earliest document start of a query block are not visited (docs/varlen.md). With
 pruning on, a query block stops once the bound of docs/early_exit.md proves that the attention
 mass left of it is below exp(-tau) for every row. The backward visits exactly the same key blocks,
-recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics (docs/backward.md).
+recomputes each tile, and reduces dK/dV across query blocks with fp32 atomics (docs/backward.md). With INTERIOR
+(opt-in: ``triton_op.INTERIOR``) both passes visit the key blocks wholly left of every row's local window in a loop
+of their own, whose tiles skip the mask's arithmetic.
 
 This file is excluded from the code formatter: kernel signatures stay compact on purpose.
 """
@@ -72,18 +74,25 @@ def _row_keys(DROPR, bh, offs_m, SQ, DROPOUT: tl.constexpr):
 @triton.jit
 def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, threshold, local_window,
           sliding_window, fac, BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
-          DROPOUT: tl.constexpr):
+          DROPOUT: tl.constexpr, MASKED: tl.constexpr = True):
     """Base-2 logits of one (BM, BN) tile (-inf off the keep mask; times the dropout factors ``fac`` with
     DROPOUT), the keep mask as 0/1, the count, the scores s (natural units) and the decided mask (the keep
-    rule compares s with the threshold there: visible and beyond the local window)."""
+    rule compares s with the threshold there: visible and beyond the local window). Without MASKED the tile is
+    interior: every key is visible to every row and beyond its local window (no sliding window, no documents),
+    so the score alone decides, and none of the mask's arithmetic runs."""
     s = _dot(q, tl.trans(k), IEEE) * scale
-    dist = q_pos[:, None] - offs_n[None, :]  # i - j
-    visible = (dist >= 0) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
-    visible = visible & ((dist < sliding_window) | (sliding_window == 0))
-    if HAS_SEG:  # the query's own document, never padding (a padding query keeps nothing)
-        visible = visible & (seg_k[None, :] == seg_q[:, None]) & (seg_k[None, :] >= 0)
-    # The threshold test in natural units, as the reference does; the local window keeps whatever the score.
-    keep = visible & ((s > threshold) | (dist < local_window))
+    if MASKED:
+        dist = q_pos[:, None] - offs_n[None, :]  # i - j
+        visible = (dist >= 0) & (offs_n[None, :] < SK) & (offs_m[:, None] < SQ)
+        visible = visible & ((dist < sliding_window) | (sliding_window == 0))
+        if HAS_SEG:  # the query's own document, never padding (a padding query keeps nothing)
+            visible = visible & (seg_k[None, :] == seg_q[:, None]) & (seg_k[None, :] >= 0)
+        # The threshold test in natural units, as the reference does; the local window keeps whatever the score.
+        keep = visible & ((s > threshold) | (dist < local_window))
+        decided = visible & (dist >= local_window)
+    else:
+        keep = s > threshold
+        decided = s == s  # every key (the scores are finite: the op sanitises its inputs)
     keep_f = keep.to(tl.float32)
     if DOT_SCAN:  # in-tile reverse count as a matmul with a triangular 0/1 matrix (exact in fp16)
         rn = tl.arange(0, BN)
@@ -95,7 +104,7 @@ def _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale, t
     if DROPOUT:
         z2 = z2 * fac
     z2 = tl.where(keep, z2, float("-inf"))
-    return z2, keep_f, count, s, visible & (dist >= local_window)
+    return z2, keep_f, count, s, decided
 
 
 @triton.jit
@@ -126,8 +135,9 @@ def _query_segments(SEGQ, QSTART, b, offs_m, first, SQ, SK, BN: tl.constexpr, HA
 def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos, seg_q, K, V, SEGK, b, k_base,
                v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window, rows, DROPC, p32s, drop_scale,
                BN: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr,
-               DROPOUT: tl.constexpr):
-    """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry."""
+               DROPOUT: tl.constexpr, MASKED: tl.constexpr = True):
+    """Fold key block ``block`` into the online softmax state (m_i, l_i, acc) and the carry (an interior block
+    without MASKED: ``_tile``)."""
     offs_n = block * BN + tl.arange(0, BN)
     kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
     k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -139,7 +149,7 @@ def _fwd_block(q, g2, m_i, l_i, acc, carry, block, offs_m, offs_d, mask_d, q_pos
         fac = 1.0
     z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale,
                                           threshold, local_window, sliding_window, fac, BN, DOT_SCAN, IEEE, HAS_SEG,
-                                          DROPOUT)
+                                          DROPOUT, MASKED)
     m_new = tl.maximum(m_i, tl.max(z2, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -157,12 +167,26 @@ def _first_block(first_pos, sliding_window, BN: tl.constexpr):
 
 
 @triton.jit
+def _interior_end(first_pos, first, n_blocks, local_window, sliding_window, BN: tl.constexpr, INTERIOR: tl.constexpr,
+                  HAS_SEG: tl.constexpr):
+    """With INTERIOR, the key blocks in [first, end) are interior for every row from ``first_pos`` on: wholly left
+    of each row's local window, with no sliding window and no documents (``_tile`` without MASKED); else
+    ``end = first`` and every block is masked."""
+    end = first
+    if INTERIOR and not HAS_SEG:
+        end = tl.maximum(first_pos - local_window + 1, 0) // BN
+        end = tl.where(sliding_window > 0, first, tl.minimum(tl.maximum(end, first), n_blocks))
+    return end
+
+
+@triton.jit
 def tra_fwd_kernel(
     Q, K, V, G, SMAX, O, LSE, CNT, KSTART, SEGK, SEGQ, QSTART, MAX, DROPR, DROPC,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
     H, SQ, SK, scale, threshold, tau2, local_window, sliding_window, p32s, drop_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     PRUNE: tl.constexpr, DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
+    INTERIOR: tl.constexpr = False,
 ):
     # fp32 whatever the caller passes: torch.compile hands Python floats to user kernels as fp64.
     scale, threshold, tau2, drop_scale = _fp32(scale), _fp32(threshold), _fp32(tau2), _fp32(drop_scale)
@@ -208,12 +232,20 @@ def tra_fwd_kernel(
                 done = done | (q_start >= (n_blocks - it) * BN)
             running = (it < n_blocks - first) & (tl.min(done.to(tl.int32), 0) == 0)
         k_start = n_blocks - it
-    else:  # a plain for loop, so that Triton pipelines the key/value loads
-        for it in range(0, n_blocks - first):
+    else:  # plain for loops, so that Triton pipelines the key/value loads: the masked blocks, then the interior
+        interior = _interior_end(pid_m * BM + SK - SQ, first, n_blocks, local_window, sliding_window, BN, INTERIOR,
+                                 HAS_SEG)
+        for it in range(0, n_blocks - interior):
             m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, n_blocks - 1 - it, offs_m, offs_d, mask_d,
                                               q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ, SK, scale,
                                               threshold, local_window, sliding_window, rows, DROPC, p32s, drop_scale,
                                               BN, DOT_SCAN, IEEE, HAS_SEG, DROPOUT)
+        if INTERIOR:  # a constexpr: the shipped kernels compile no second loop
+            for it in range(0, interior - first):
+                m_i, l_i, acc, carry = _fwd_block(q, g2, m_i, l_i, acc, carry, interior - 1 - it, offs_m, offs_d,
+                                                  mask_d, q_pos, seg_q, K, V, SEGK, b, k_base, v_base, sks, svs, SQ,
+                                                  SK, scale, threshold, local_window, sliding_window, rows, DROPC,
+                                                  p32s, drop_scale, BN, DOT_SCAN, IEEE, HAS_SEG, DROPOUT, False)
         k_start = first
     has_key = l_i > 0
     safe_l = tl.where(has_key, l_i, 1.0)
@@ -228,13 +260,62 @@ def tra_fwd_kernel(
 
 
 @triton.jit
+def _bwd_block(q, do, g, g2, lse2, delta, dq, dg, carry, right, block, offs_m, offs_d, mask_d, q_pos, seg_q, K, V, SEGK,
+               DK, DV, b, bh, k_base, v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window, rows,
+               DROPC, p32s, drop_scale, tau, cap2, has_key, top2, gap2, total, D: tl.constexpr, BN: tl.constexpr,
+               DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
+               SURROGATE: tl.constexpr, MASKED: tl.constexpr):
+    """Key block ``block`` of the backward: its tile recomputed, dq, dg, the carry and the surrogate's running sum
+    updated, and its dK/dV partials added (an interior block without MASKED: ``_tile``)."""
+    offs_n = block * BN + tl.arange(0, BN)
+    kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
+    k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
+    seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
+    if DROPOUT:
+        fac = _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale)
+    else:
+        fac = 1.0
+    z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale,
+                                          threshold, local_window, sliding_window, fac, BN, DOT_SCAN, IEEE,
+                                          HAS_SEG, DROPOUT, MASKED)
+    if SURROGATE:  # computed first, so that the scores are dead before the gradient's tiles are live
+        sig = 1.0 / (1.0 + tl.exp((threshold - s) / tau))
+        slope = tl.where(decided & has_key[:, None], sig * (1.0 - sig) / tau, 0.0)
+        # The would-be weight of every key, kept or not: exp(min(l - m, cap) - (L - m)), times the slope.
+        would2 = s * LOG2E + g2[:, None] * count
+        if DROPOUT:
+            would2 = would2 * fac
+        slope_weight = slope * tl.exp2(tl.minimum(would2 - top2[:, None], cap2) - gap2[:, None])
+        slope_gate = slope * g[:, None]
+    p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
+    dp = _dot(do, tl.trans(v), IEEE) - delta[:, None]
+    ds = p * dp  # gradient of the natural-log (dropped) logits
+    if DROPOUT:
+        ds = ds * fac  # ... and of the logits before their dropout factor
+    dg += tl.sum(ds * count, 1)
+    dscore = ds
+    if SURROGATE:
+        suffix = tl.cumsum(ds, axis=1, reverse=True) - ds + right[:, None]  # dZ of the keys right of each
+        dscore = ds + slope_weight * dp + slope_gate * (total[:, None] - suffix)
+        right += tl.sum(ds, 1)
+    dq += _dot(dscore.to(k.dtype), k, IEEE)
+    dkv = bh * SK * D + offs_n[:, None] * D + offs_d[None, :]
+    # dV is issued before dK is computed, so the two (BN, D) partials never coexist in registers.
+    tl.atomic_add(DV + dkv, _dot(tl.trans(p.to(do.dtype)), do, IEEE), mask=kv_mask)
+    tl.atomic_add(DK + dkv, _dot(tl.trans(dscore.to(q.dtype)), q, IEEE) * scale, mask=kv_mask)
+    carry += tl.sum(keep_f, 1)
+    return dq, dg, carry, right
+
+
+@triton.jit
 def tra_bwd_kernel(
     Q, K, V, G, DO, LSE, DELTA, KSTART, DQ, DK, DV, DG, SEGK, SEGQ, QSTART, MAX, DROPR, DROPC,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     H, SQ, SK, scale, threshold, local_window, sliding_window, n_fwd_blocks, p32s, drop_scale, tau, cap2,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, FWD_BM: tl.constexpr,
     DOT_SCAN: tl.constexpr, IEEE: tl.constexpr, HAS_SEG: tl.constexpr, DROPOUT: tl.constexpr,
-    SURROGATE: tl.constexpr,
+    SURROGATE: tl.constexpr, INTERIOR: tl.constexpr = False,
 ):
     scale, threshold, drop_scale, tau, cap2 = _fp32(scale), _fp32(threshold), _fp32(drop_scale), _fp32(tau), _fp32(cap2)
     pid_m = tl.program_id(0)
@@ -289,44 +370,26 @@ def tra_bwd_kernel(
                 dp_dropped += tl.sum(dropped_kept * _dot(do, tl.trans(v), IEEE), 1)
             total = tl.where(has_key, drop_scale * tl.exp2(-lse2) * (n_dropped * delta - dp_dropped), 0.0)
         right = tl.zeros([BM], tl.float32)  # R: the sum of dZ over the keys right of the current block
-    for it in range(0, n_blocks - k_start):
-        offs_n = (n_blocks - 1 - it) * BN + tl.arange(0, BN)
-        kv_mask = (offs_n < SK)[:, None] & mask_d[None, :]
-        k = tl.load(K + k_base + offs_n[:, None] * sks + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + v_base + offs_n[:, None] * svs + offs_d[None, :], mask=kv_mask, other=0.0)
-        seg_k = _key_segments(SEGK, b, offs_n, SK, HAS_SEG)
-        if DROPOUT:
-            fac = _drop_factors(rows, DROPC, offs_n, SK, p32s, drop_scale)
-        else:
-            fac = 1.0
-        z2, keep_f, count, s, decided = _tile(q, k, g2, carry, offs_m, offs_n, q_pos, seg_q, seg_k, SQ, SK, scale,
-                                              threshold, local_window, sliding_window, fac, BN, DOT_SCAN, IEEE,
-                                              HAS_SEG, DROPOUT)
-        if SURROGATE:  # computed first, so that the scores are dead before the gradient's tiles are live
-            sig = 1.0 / (1.0 + tl.exp((threshold - s) / tau))
-            slope = tl.where(decided & has_key[:, None], sig * (1.0 - sig) / tau, 0.0)
-            # The would-be weight of every key, kept or not: exp(min(l - m, cap) - (L - m)), times the slope.
-            would2 = s * LOG2E + g2[:, None] * count
-            if DROPOUT:
-                would2 = would2 * fac
-            slope_weight = slope * tl.exp2(tl.minimum(would2 - top2[:, None], cap2) - gap2[:, None])
-            slope_gate = slope * g[:, None]
-        p = tl.exp2(z2 - lse2[:, None])  # 0 off the keep mask and on rows with no kept key
-        dp = _dot(do, tl.trans(v), IEEE) - delta[:, None]
-        ds = p * dp  # gradient of the natural-log (dropped) logits
-        if DROPOUT:
-            ds = ds * fac  # ... and of the logits before their dropout factor
-        dg += tl.sum(ds * count, 1)
-        dscore = ds
-        if SURROGATE:
-            suffix = tl.cumsum(ds, axis=1, reverse=True) - ds + right[:, None]  # dZ of the keys right of each
-            dscore = ds + slope_weight * dp + slope_gate * (total[:, None] - suffix)
-            right += tl.sum(ds, 1)
-        dq += _dot(dscore.to(k.dtype), k, IEEE)
-        dkv = bh * SK * D + offs_n[:, None] * D + offs_d[None, :]
-        # dV is issued before dK is computed, so the two (BN, D) partials never coexist in registers.
-        tl.atomic_add(DV + dkv, _dot(tl.trans(p.to(do.dtype)), do, IEEE), mask=kv_mask)
-        tl.atomic_add(DK + dkv, _dot(tl.trans(dscore.to(q.dtype)), q, IEEE) * scale, mask=kv_mask)
-        carry += tl.sum(keep_f, 1)
+    if not SURROGATE:  # unread without the surrogate
+        has_key = lse2 < float("inf")
+        top2 = lse2
+        gap2 = lse2
+        total = lse2
+        right = lse2
+    interior = _interior_end(pid_m * BM + SK - SQ, k_start, n_blocks, local_window, sliding_window, BN, INTERIOR,
+                             HAS_SEG)
+    for it in range(0, n_blocks - interior):
+        dq, dg, carry, right = _bwd_block(q, do, g, g2, lse2, delta, dq, dg, carry, right, n_blocks - 1 - it, offs_m,
+                                          offs_d, mask_d, q_pos, seg_q, K, V, SEGK, DK, DV, b, bh, k_base, v_base, sks,
+                                          svs, SQ, SK, scale, threshold, local_window, sliding_window, rows, DROPC,
+                                          p32s, drop_scale, tau, cap2, has_key, top2, gap2, total, D, BN, DOT_SCAN,
+                                          IEEE, HAS_SEG, DROPOUT, SURROGATE, True)
+    if INTERIOR:  # a constexpr: the shipped kernels compile no second loop
+        for it in range(0, interior - k_start):
+            dq, dg, carry, right = _bwd_block(q, do, g, g2, lse2, delta, dq, dg, carry, right, interior - 1 - it,
+                                              offs_m, offs_d, mask_d, q_pos, seg_q, K, V, SEGK, DK, DV, b, bh, k_base,
+                                              v_base, sks, svs, SQ, SK, scale, threshold, local_window, sliding_window,
+                                              rows, DROPC, p32s, drop_scale, tau, cap2, has_key, top2, gap2, total, D,
+                                              BN, DOT_SCAN, IEEE, HAS_SEG, DROPOUT, SURROGATE, False)
     tl.store(DQ + bh * SQ * D + offs_m[:, None] * D + offs_d[None, :], dq * scale, mask=row_mask)
     tl.store(DG + bh * SQ + offs_m, dg, mask=mask_m)

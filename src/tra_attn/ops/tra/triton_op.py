@@ -7,6 +7,7 @@ set before triton is imported), which is how CI tests the kernels without a GPU.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -29,7 +30,12 @@ CONFIGS: dict[int, dict] = {
     64: {"BN": 32, "fwd": (128, 8, 3), "bwd": (64, 8, 2)},
     128: {"BN": 32, "fwd": (128, 8, 2), "bwd": (64, 8, 2), "bwd_surrogate": (32, 8, 2)},
 }
-DOT_SCAN = False  # in-tile reverse count: tl.cumsum (False) or a triangular matmul (True)
+# Kernel variants, opt-in until a GPU measures them faster (benchmarks/triton_cost_model.py counts what each
+# issues): the in-tile reverse count as a triangular matmul instead of tl.cumsum (TRA_TRITON_DOT_SCAN=1), and the
+# key blocks left of every row's local window in a loop of their own without the mask's arithmetic
+# (TRA_TRITON_INTERIOR=1; not with a sliding window or documents). Both compute the same values.
+DOT_SCAN = os.environ.get("TRA_TRITON_DOT_SCAN") == "1"
+INTERIOR = os.environ.get("TRA_TRITON_INTERIOR") == "1"
 # log2 of the surrogate's cap on a would-be weight (surrogate.py: half the largest fp32 exponent), in base 2.
 SURROGATE_CAP2 = math.log2(torch.finfo(torch.float32).max) / 2
 
@@ -105,7 +111,7 @@ def _forward(
         *_strides(q), *_strides(k), *_strides(v), *_strides(out),
         h, sq, sk, scale, threshold, tau2, local_window, sliding_window, drop[2], drop[3],
         D=d, BLOCK_D=bd, BM=bm, BN=bn, PRUNE=prune, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
-        HAS_SEG=has_seg, DROPOUT=has_dropout, num_warps=warps, num_stages=stages,
+        HAS_SEG=has_seg, DROPOUT=has_dropout, INTERIOR=INTERIOR, num_warps=warps, num_stages=stages,
     )
     # fmt: on
     return out, lse, count, k_start, row_max
@@ -152,7 +158,8 @@ class TritonTRA(torch.autograd.Function):
             h, sq, sk, ctx.scale, ctx.threshold, *ctx.windows, k_start.shape[1], drop[2], drop[3], tau or 1.0,
             SURROGATE_CAP2,
             D=d, BLOCK_D=bd, BM=bm, BN=bn, FWD_BM=fwd_bm, DOT_SCAN=DOT_SCAN, IEEE=q.dtype == torch.float32,
-            HAS_SEG=has_seg, DROPOUT=has_dropout, SURROGATE=bool(tau), num_warps=warps, num_stages=stages,
+            HAS_SEG=has_seg, DROPOUT=has_dropout, SURROGATE=bool(tau), INTERIOR=INTERIOR, num_warps=warps,
+            num_stages=stages,
         )
         # fmt: on
         grads = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dgate.to(log_gate.dtype)
