@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import check_seed, task_args_check
-from ..utils.checks import boolean, check_declared, is_int, is_number, one_of, option
+from ..utils.checks import boolean, check_declared, is_int, is_number, non_negative, one_of, option, positive_int
 from .methods import Method
 from .spec_file import run_spec_file
 
@@ -154,16 +154,15 @@ class Bar:
     questions ``names`` (sibling folders, ``load_question``): each method from the first of them that runs it,
     under that question's protocol. The questions must share the task, preset, budget and seeds."""
 
-    kind: str
-    names: str | tuple[str, ...]
-    task: str | None = None
-    tolerance: float = 0.005
-    long_tolerance: float = 0.0
+    kind: str = option(help="what passes: text, exact, longest or fits", check=one_of(*BARS))
+    names: str | tuple[str, ...] = option(help="the question folders it reads, the first that runs a method first")
+    task: str | None = option(None, "the task of the questions (default: the first's only task)")
+    tolerance: float = option(0.005, "text: bits per byte above the baseline's at 1x that still pass", non_negative)
+    long_tolerance: float = option(0.0, "text: the same at the longest length", non_negative)
     questions: tuple[Question, ...] = field(init=False)
 
     def __post_init__(self):
-        if self.kind not in BARS:
-            raise ValueError(f"Bar.kind = {self.kind!r}; expected one of {BARS}")
+        check_declared(self)
         names = (self.names,) if isinstance(self.names, str) else tuple(self.names)
         if not names:
             raise ValueError("Bar.names: expected one or more question folders")
@@ -180,10 +179,6 @@ class Bar:
                                  f"{names[0]}; expected questions of one protocol")  # fmt: skip
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "questions", questions)
-        for name in ("tolerance", "long_tolerance"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"Bar.{name} = {value!r}; expected a finite number >= 0")
 
     @property
     def name(self) -> str:
@@ -206,9 +201,10 @@ class Scorecard:
     baseline: Method | str
     candidates: tuple[Method | str, ...]
     bars: tuple[Bar, ...]
-    status: str = "current"
+    status: str = option("current", "current, pilot or archived", one_of(*STATUSES))
 
     def __post_init__(self):
+        check_declared(self)
         rows = (self.baseline, *self.candidates)
         if not all(isinstance(m, (Method, str)) for m in rows):
             raise ValueError(f"Scorecard: the baseline and candidates = {rows!r}; expected Methods or labels")
@@ -219,8 +215,6 @@ class Scorecard:
         if not self.bars or not all(isinstance(b, Bar) for b in self.bars):
             raise ValueError(f"Scorecard.bars = {self.bars!r}; expected one or more Bar(...)")
         object.__setattr__(self, "bars", tuple(self.bars))
-        if self.status not in STATUSES:
-            raise ValueError(f"Scorecard.status = {self.status!r}; expected one of {STATUSES}")
 
     @property
     def rows(self) -> tuple[Method | str, ...]:
@@ -234,15 +228,14 @@ class Column:
     longest test length: the task's first split there, averaged over depths where a task tests several),
     ``first`` (the same at the training length) or ``fitted`` (seeds fitted of those trained)."""
 
-    names: str | tuple[str, ...]
-    figure: str
-    title: str
-    task: str | None = None
+    names: str | tuple[str, ...] = option(help="the question folders it reads, as a bar's")
+    figure: str = option(help="longest, fitted or first", check=one_of(*FIGURES))
+    title: str = option(help="the column's heading")
+    task: str | None = option(None, "the task of the questions (default: the first's only task)")
     bar: Bar = field(init=False)
 
     def __post_init__(self):
-        if self.figure not in FIGURES:
-            raise ValueError(f"Column.figure = {self.figure!r}; expected one of {FIGURES}")
+        check_declared(self)
         bar = Bar("fits", self.names, task=self.task)  # the same reading of one or more questions
         object.__setattr__(self, "bar", bar)
         object.__setattr__(self, "names", bar.names)
@@ -256,9 +249,10 @@ class Overview:
     title: str
     rows: tuple[Method | str, ...]
     columns: tuple[Column, ...]
-    status: str = "current"
+    status: str = option("current", "current, pilot or archived", one_of(*STATUSES))
 
     def __post_init__(self):
+        check_declared(self)
         labels = [row_label(r) for r in self.rows]
         if not labels or len(set(labels)) != len(labels):
             raise ValueError(f"Overview.rows: {labels}; expected one or more rows, each once")
@@ -278,11 +272,12 @@ class Inspection:
     seeds: tuple[int, ...]
     labels: tuple[str, ...]
     lengths: tuple[int, ...] = (1, 2, 8)
-    sequences: int = 64
-    status: str = "current"
+    sequences: int = option(64, "fresh test sequences per length", positive_int)
+    status: str = option("current", "current, pilot or archived", one_of(*STATUSES))
     question: Question = field(init=False)
 
     def __post_init__(self):
+        check_declared(self)
         question = load_question(self.name)
         if len(question.tasks) != 1:
             raise ValueError(f"Inspection({self.name!r}): expected a question of one task")
@@ -290,8 +285,6 @@ class Inspection:
             raise ValueError(f"Inspection.seeds = {self.seeds!r}; expected seeds of {self.name}: {question.seeds}")
         if len(self.labels) != len(self.seeds) or len(set(self.labels)) != len(self.labels):
             raise ValueError(f"Inspection.labels = {self.labels!r}; expected one distinct label per seed")
-        if self.status not in STATUSES:
-            raise ValueError(f"Inspection.status = {self.status!r}; expected one of {STATUSES}")
         object.__setattr__(self, "question", question)
 
 

@@ -5,8 +5,8 @@
 None for a valid value or what was expected (``positive_int``: "a positive integer"); ``check_declared`` runs the
 checks of an instance's fields and names the first bad one as ``Owner.field = value; expected ...`` (or after another
 prefix: a task's ``name: field = value; expected ...``). A class keeps ``__post_init__`` for the rules that span
-fields. The attention kinds' options (``layers/options.py``), the training config, the model config and the tasks'
-parameters (``data/task.py``) declare their fields this way.
+fields. The attention kinds' options (``layers/options.py``), the training config, the model config, the tasks'
+parameters (``data/task.py``) and the spec types (``experiments/spec.py``) declare their fields this way.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ def check_declared(instance, owner: str | None = None, *, prefix: str | None = N
     where = f"{owner or type(instance).__name__}." if prefix is None else prefix
     for f in dataclasses.fields(instance):
         check = f.metadata.get("check")
+        if check is None:  # undeclared, or a field set later (init=False)
+            continue
         value = getattr(instance, f.name)
-        expected = check(value) if check is not None else None
+        expected = check(value)
         if expected:
             raise ValueError(f"{where}{f.name} = {value!r}; expected {expected}")
 
