@@ -95,6 +95,8 @@ def _add_task_flags(parser: argparse.ArgumentParser) -> None:
         if len(types) > 1 or f.default is None:
             kind = (f.metadata.get("type") or str) if len(types) == 1 else _json_or_text
             metavar = "VALUE" if kind is _json_or_text else kind.__name__.upper()
+            if "default" not in help_text:
+                help_text += " (default: none)" if len(types) == 1 else " (default: the task's)"
             group.add_argument(_flag(name), type=kind, default=None, dest=f"task_{name}", metavar=metavar,
                                help=help_text)  # fmt: skip
         else:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..layers import ATTENTION_KINDS, attention_kind
 from ..layers.block_parts import PARTS
 from ..models import ModelConfig
 from ..training import TrainConfig
+from ..utils.checks import check_declared, is_number, option
 
 # How pages show each built-in kind: its label and colour, in the order tables list them.
 KIND_STYLE = {
@@ -68,6 +69,21 @@ def _check_fields(name: str, given: dict, config_class, refused: set[str], kind:
                          f"expected some of {sorted(known)}")  # fmt: skip
 
 
+def _a_dict(value) -> str | None:
+    return None if isinstance(value, dict) else "a dict"
+
+
+def _rates(value) -> str | None:
+    """Distinct finite positive learning rates."""
+    try:
+        rates = tuple(value)
+    except TypeError:
+        return "finite positive learning rates"
+    if not all(is_number(lr) and math.isfinite(lr) and lr > 0 for lr in rates):
+        return "finite positive learning rates"
+    return None if len(set(rates)) == len(rates) else "each rate once"
+
+
 @dataclass(frozen=True, eq=False)
 class Method:
     """``kind`` with ``options`` (the kind's), ``model`` (ModelConfig fields) and ``train`` (TrainConfig fields: the
@@ -76,29 +92,22 @@ class Method:
     from what it changes, the colour its kind's, or for a variant one of ``PALETTE`` that its page assigns)."""
 
     kind: str
-    options: dict = field(default_factory=dict)
-    model: dict = field(default_factory=dict)
-    train: dict = field(default_factory=dict)
+    options: dict = option(help="the kind's options", check=_a_dict, default_factory=dict)
+    model: dict = option(help="ModelConfig fields", check=_a_dict, default_factory=dict)
+    train: dict = option(help="TrainConfig fields (the training aids)", check=_a_dict, default_factory=dict)
     label: str = ""
     color: str = ""
-    lrs: tuple[float, ...] = ()
+    lrs: tuple[float, ...] = option((), "its own learning-rate grid", _rates)
 
     def __post_init__(self):
         kind = attention_kind(self.kind, "Method.kind")
-        for name in ("options", "model", "train"):
-            if not isinstance(getattr(self, name), dict):
-                raise ValueError(f"Method({self.kind!r}).{name} = {getattr(self, name)!r}; expected a dict")
+        check_declared(self, prefix=f"Method({self.kind!r}).")
         # The kind's own check, and its values as the kind stores them (2 -> 2.0 for a float option).
         options = kind.make_options(self.options)
         object.__setattr__(self, "options", {k: getattr(options, k) for k in self.options})
         _check_fields("model", self.model, ModelConfig, KIND_FIELDS, self.kind)
         _check_fields("train", self.train, TrainConfig, QUESTION_FIELDS, self.kind)
-        lrs = tuple(self.lrs)
-        if not all(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0 for lr in lrs):
-            raise ValueError(f"Method({self.kind!r}).lrs = {self.lrs!r}; expected finite positive learning rates")
-        if len(set(lrs)) != len(lrs):
-            raise ValueError(f"Method({self.kind!r}).lrs = {self.lrs!r}; expected each rate once")
-        object.__setattr__(self, "lrs", lrs)
+        object.__setattr__(self, "lrs", tuple(self.lrs))
         if not self.label:
             object.__setattr__(self, "label", self.derived_label())
         if not self.color and not (self.options or self.model or self.train) and self.kind in KIND_STYLE:
