@@ -238,11 +238,13 @@ MIXES = [
 ]
 
 
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
 @pytest.mark.parametrize("options,pattern", MIXES)
-def test_an_object_beside_its_own_keywords_is_refused(options, pattern):
-    q, k, v, g = tra_inputs(1, 2, 6, 6, 8, requires_grad=False)
+def test_an_object_beside_its_own_keywords_is_refused(options, pattern, validate):
+    """Also where a decoding step's shortcut would skip the checks: it never takes what it cannot read."""
+    q, k, v, g = tra_inputs(1, 2, 1, 6, 8, requires_grad=False)
     with pytest.raises(ValueError, match=OP + pattern):
-        threshold_relative_attention(q, k, v, g, **options)
+        threshold_relative_attention(q, k, v, g, validate=validate, **options)
 
 
 def test_the_documents_object_is_checked_against_the_inputs():

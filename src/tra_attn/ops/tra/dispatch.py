@@ -288,7 +288,14 @@ def threshold_relative_attention(
     gates are not validation errors (they are not > 0; +inf is, and fails ``validate=True``). The
     masks are tensor ops: no host synchronisation. See docs/op_contract.md, section 7.
     """
-    if not validate and keep is not None:  # checked by construction: a decoding step's shortcut goes first
+    # Checked by construction (the contract's objects, no flat keyword beside them): a decoding step's shortcut goes
+    # first; anything else is checked below.
+    objects = isinstance(keep, KeepRule) and isinstance(documents, Documents | None)
+    objects = objects and isinstance(aids, TrainingAids | None)
+    flat_unset = not (threshold or local_window or sliding_window or logit_dropout or keep_surrogate) and all(
+        a is None for a in (dropout_seed, cu_seqlens, key_padding_mask, segment_ids)
+    )
+    if not validate and objects and flat_unset:
         unchecked = Call(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale, keep, documents or NO_DOCUMENTS,
                          aids or NO_AIDS, prune_tau, qk_norm_eps)  # fmt: skip
         if (out := cpu_decode_step(q, k, v, log_gate, unchecked, impl)) is not None:
