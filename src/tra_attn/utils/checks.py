@@ -6,7 +6,8 @@ None for a valid value or what was expected (``positive_int``: "a positive integ
 checks of an instance's fields and names the first bad one as ``Owner.field = value; expected ...`` (or after another
 prefix: a task's ``name: field = value; expected ...``). A class keeps ``__post_init__`` for the rules that span
 fields. The attention kinds' options (``layers/options.py``), the training config, the model config, the tasks'
-parameters (``data/task.py``) and the spec types (``experiments/spec.py``) declare their fields this way.
+parameters (``data/task.py``), the spec types (``experiments/spec.py``) and the op's contract (``ops/tra/contract.py``)
+declare their fields this way.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ def option(default=dataclasses.MISSING, help: str = "", check: Check | None = No
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def check_declared(instance, owner: str | None = None, *, prefix: str | None = None) -> None:
+def check_declared(
+    instance, owner: str | None = None, *, prefix: str | None = None, shown: Callable[[Any], str] = repr
+) -> None:
     """Run the check of each declared field of the dataclass ``instance``, in declaration order; a ValueError
     ``Owner.field = value; expected ...`` for the first that fails (``owner``: the class's name by default), or
-    ``{prefix}field = value; expected ...`` where a ``prefix`` is given (a task's ``"name: "``)."""
+    ``{prefix}field = value; expected ...`` where a ``prefix`` is given (a task's ``"name: "``); ``shown`` writes
+    the value (the op's contract adds its type)."""
     where = f"{owner or type(instance).__name__}." if prefix is None else prefix
     for f in dataclasses.fields(instance):
         check = f.metadata.get("check")
@@ -52,7 +56,7 @@ def check_declared(instance, owner: str | None = None, *, prefix: str | None = N
         value = getattr(instance, f.name)
         expected = check(value)
         if expected:
-            raise ValueError(f"{where}{f.name} = {value!r}; expected {expected}")
+            raise ValueError(f"{where}{f.name} = {shown(value)}; expected {expected}")
 
 
 def non_negative_int(value) -> str | None:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...utils.checks import is_int, is_number
+from ...utils.checks import check_declared, is_int, is_number, option
 from ..varlen import segment_ids_from, segment_mask
 from .dropout import LogitDropout, seed_tensor
 from .segments import Segments, segments_of
@@ -48,6 +48,35 @@ def typed_repr(value) -> str:
     return repr(value) if is_number(value) else f"{value!r} (a {type(value).__name__})"
 
 
+def _below_inf(value) -> str | None:
+    ok = is_number(value) and not math.isnan(value) and value != math.inf
+    return None if ok else "a number below +inf (float('-inf') keeps every causal key)"
+
+
+def _window(meaning: str):
+    def check(value) -> str | None:
+        return None if is_int(value) and value >= 0 else f"a non-negative integer (0: off; w > 0: {meaning})"
+
+    return check
+
+
+def _probability(value) -> str | None:
+    ok = is_number(value) and 0 <= value < 1
+    return None if ok else "a probability in [0, 1) (dropout on the logits in training)"
+
+
+def _temperature(value) -> str | None:
+    if is_number(value) and math.isfinite(value) and value >= 0:
+        return None
+    return "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)"
+
+
+def _seed(value) -> str | None:
+    integer_tensor = isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype in _INTEGER_DTYPES
+    ok = value is None or is_int(value) or integer_tensor
+    return None if ok else "None, an integer or a 0-dim integer tensor (the logit dropout's mask)"
+
+
 @dataclass(frozen=True)
 class KeepRule:
     """Key j is kept for query i (d = i - j) iff 0 <= d, d < sliding_window (if > 0), and (s_ij > threshold or
@@ -59,22 +88,15 @@ class KeepRule:
     (0: off).
     """
 
-    threshold: float = 0.0
-    local_window: int = 0
-    sliding_window: int = 0
+    threshold: float = option(0.0, "keys scoring above it are kept", _below_inf)
+    local_window: int = option(0, "the w most recent keys always kept", _window("the w most recent keys always kept"))
+    sliding_window: int = option(
+        0, "only the w most recent keys can be kept", _window("only the w most recent keys can be kept")
+    )
 
     def __post_init__(self):
-        t = self.threshold
-        if not is_number(t) or math.isnan(t) or t == math.inf:
-            fail("threshold", typed_repr(t), "a number below +inf (float('-inf') keeps every causal key)")
-        object.__setattr__(self, "threshold", float(t))
-        for name, meaning in (
-            ("local_window", "the w most recent keys always kept"),
-            ("sliding_window", "only the w most recent keys can be kept"),
-        ):
-            window = getattr(self, name)
-            if not (is_int(window) and window >= 0):
-                fail(name, typed_repr(window), f"a non-negative integer (0: off; w > 0: {meaning})")
+        check_declared(self, prefix=f"{WHO}: ", shown=typed_repr)
+        object.__setattr__(self, "threshold", float(self.threshold))
 
     @property
     def windows(self) -> tuple[int, int]:
@@ -154,29 +176,14 @@ class TrainingAids:
     draws it once per call (``drawn``), so every implementation receives the same 0-dim int64 tensor.
     """
 
-    keep_surrogate: float = 0.0
-    logit_dropout: float = 0.0
-    dropout_seed: int | torch.Tensor | None = None
+    keep_surrogate: float = option(0.0, "the keep surrogate's temperature (0: off)", _temperature)
+    logit_dropout: float = option(0.0, "the probability of dropping each logit (0: off)", _probability)
+    dropout_seed: int | torch.Tensor | None = option(None, "the dropout mask's seed (None: drawn)", _seed)
 
     def __post_init__(self):
-        p, tau, seed = self.logit_dropout, self.keep_surrogate, self.dropout_seed
-        if not (is_number(p) and 0 <= p < 1):
-            fail("logit_dropout", typed_repr(p), "a probability in [0, 1) (dropout on the logits in training)")
-        if not (is_number(tau) and math.isfinite(tau) and tau >= 0):
-            fail(
-                "keep_surrogate",
-                typed_repr(tau),
-                "a finite temperature >= 0 (a sigmoid straight-through gradient for the keep decision; 0: off)",
-            )
-        integer_tensor = isinstance(seed, torch.Tensor) and seed.dim() == 0 and seed.dtype in _INTEGER_DTYPES
-        if not (seed is None or is_int(seed) or integer_tensor):
-            fail(
-                "dropout_seed",
-                typed_repr(seed),
-                "None, an integer or a 0-dim integer tensor (the logit dropout's mask)",
-            )
-        object.__setattr__(self, "logit_dropout", float(p))
-        object.__setattr__(self, "keep_surrogate", float(tau))
+        check_declared(self, prefix=f"{WHO}: ", shown=typed_repr)
+        object.__setattr__(self, "logit_dropout", float(self.logit_dropout))
+        object.__setattr__(self, "keep_surrogate", float(self.keep_surrogate))
 
     @property
     def active(self) -> bool:
