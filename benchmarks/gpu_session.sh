@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The prepared GPU session: one call of about 6 minutes on one H200 (measured 2026-12-04: tests 148 s, op benchmark
-# 59 s, throughput 52 s, compile about 75 s), sized to the 15 minutes of device time a session is lent, machine start
-# included. Run from the repository root on a machine with a CUDA GPU, PyTorch
+# The prepared GPU session: one call of about 7 minutes on one H200 (measured 2026-12-04: tests 148 s, op benchmark
+# 59 s, throughput 52 s, compile about 75 s; the kernel variants' op benchmark, added since, about 60 s more), sized
+# to the 15 minutes of device time a session is lent, machine start included. Run from the repository root on a machine with a CUDA GPU, PyTorch
 # and Triton installed; it needs no network (the library is imported from src/, nothing is installed):
 #     bash benchmarks/gpu_session.sh [OUT_DIR]
 # Each stage runs under its own time limit, so a slow stage costs only itself. Writes into OUT_DIR (default:
