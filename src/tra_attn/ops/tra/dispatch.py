@@ -290,12 +290,17 @@ def threshold_relative_attention(
     """
     # Checked by construction (the contract's objects, no flat keyword beside them): a decoding step's shortcut goes
     # first; anything else is checked below.
-    objects = isinstance(keep, KeepRule) and isinstance(documents, Documents | None)
-    objects = objects and isinstance(aids, TrainingAids | None)
-    flat_unset = not (threshold or local_window or sliding_window or logit_dropout or keep_surrogate) and all(
-        a is None for a in (dropout_seed, cu_seqlens, key_padding_mask, segment_ids)
-    )
-    if not validate and objects and flat_unset:
+    if (
+        not validate
+        and type(keep) is KeepRule
+        and (documents is None or type(documents) is Documents)
+        and (aids is None or type(aids) is TrainingAids)
+        and not (threshold or local_window or sliding_window or logit_dropout or keep_surrogate)
+        and dropout_seed is None
+        and cu_seqlens is None
+        and key_padding_mask is None
+        and segment_ids is None
+    ):
         unchecked = Call(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale, keep, documents or NO_DOCUMENTS,
                          aids or NO_AIDS, prune_tau, qk_norm_eps)  # fmt: skip
         if (out := cpu_decode_step(q, k, v, log_gate, unchecked, impl)) is not None:
